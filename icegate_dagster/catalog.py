@@ -1,0 +1,187 @@
+"""One catalog, two engines: the pyiceberg catalog and the matching Spark catalog settings.
+
+Both come from the single ``catalog:`` block. pyiceberg gets the properties as
+they are; Spark gets the Iceberg ``SparkCatalog`` with the same name (the name
+is stored in the catalog database, so both sides must agree) and the JDBC URL
+derived from the SQLAlchemy URI.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from icegate_dagster.config import CatalogSettings
+from icegate_dagster.errors import CatalogUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+_SECRET_KEY = re.compile(
+    r"(password|passwd|secret|token|credential|access[-_.]?key|session[-_.]?key|private)",
+    re.IGNORECASE,
+)
+#: pyiceberg-only properties that mean nothing to Iceberg's Java catalogs.
+_PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables", "py-io-impl"}
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
+POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a property name carries a secret (password, token, key...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password masked."""
+    try:
+        return make_url(uri).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", uri)
+
+
+def redact_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Catalog properties safe to print: secret values become ``***``."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if is_secret_key(key):
+            out[key] = "***"
+        elif key == "uri":
+            out[key] = redact_uri(value)
+        else:
+            out[key] = value
+    return out
+
+
+def secret_values(settings: CatalogSettings) -> list[str]:
+    """Every secret string the catalog settings hold (for scrubbing engine messages)."""
+    values = [v for k, v in settings.properties.items() if is_secret_key(k) and v]
+    uri = settings.properties.get("uri", "")
+    try:
+        password = make_url(uri).password if uri else None
+    except (ArgumentError, ValueError):
+        password = None
+    if password:
+        values.append(str(password))
+    return values
+
+
+def scrub(text: str, settings: CatalogSettings) -> str:
+    """Remove every catalog secret from ``text`` (errors from drivers may echo them)."""
+    for secret in secret_values(settings):
+        text = text.replace(secret, "***")
+    return text
+
+
+def catalog_kind(settings: CatalogSettings) -> str:
+    """``sqlite``, ``postgresql``, ``rest`` or the declared ``type``."""
+    uri = settings.properties.get("uri", "")
+    if uri.startswith("sqlite"):
+        return "sqlite"
+    if uri.startswith("postgresql"):
+        return "postgresql"
+    declared = settings.properties.get("type")
+    if declared:
+        return declared
+    return "rest" if uri.startswith("http") else "unknown"
+
+
+def sqlite_path(settings: CatalogSettings) -> Path:
+    """The SQLite database file of a SQLite catalog."""
+    database = make_url(settings.properties["uri"]).database
+    if not database:
+        raise ConfigError(
+            f"invalid config: catalog.uri = {settings.properties['uri']!r}: "
+            "an in-memory SQLite catalog cannot be shared with Spark; name a file"
+        )
+    return Path(database)
+
+
+def open_catalog(settings: CatalogSettings) -> Catalog:
+    """Open the pyiceberg catalog (creating the SQL catalog tables if needed)."""
+    from pyiceberg.catalog import load_catalog
+
+    kind = catalog_kind(settings)
+    if kind == "sqlite":
+        folder = sqlite_path(settings).parent
+        if settings.embedded:
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            raise CatalogUnavailableError(
+                f"catalog {settings.name!r}: folder {folder} of catalog.uri does not exist"
+            )
+    props: dict[str, Any] = dict(settings.properties)
+    if kind in ("sqlite", "postgresql"):
+        props.setdefault("type", "sql")
+    try:
+        catalog = load_catalog(settings.name, **props)
+        catalog.list_namespaces()  # fail here, clearly, rather than mid-run
+    except Exception as exc:  # drivers raise anything; the message is what matters
+        detail = scrub(f"{type(exc).__name__}: {exc}".splitlines()[0], settings)
+        raise CatalogUnavailableError(
+            f"catalog {settings.name!r} at {redact_uri(settings.properties.get('uri', '?'))} "
+            f"cannot be opened: {detail}"
+        ) from None
+    return catalog
+
+
+def spark_catalog_conf(settings: CatalogSettings) -> dict[str, str]:
+    """Spark settings that register the same catalog under the same name."""
+    prefix = f"spark.sql.catalog.{settings.name}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        # Other writers (pyiceberg, ingest) commit between our steps: always read fresh metadata.
+        f"{prefix}.cache-enabled": "false",
+    }
+    kind = catalog_kind(settings)
+    if kind == "sqlite":
+        conf[f"{prefix}.type"] = "jdbc"
+        conf[f"{prefix}.uri"] = f"jdbc:sqlite:{sqlite_path(settings)}"
+        # Without this Spark keeps a SQLite read lock until the JVM exits.
+        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
+    elif kind == "postgresql":
+        url = make_url(settings.properties["uri"])
+        port = f":{url.port}" if url.port else ""
+        query = "&".join(f"{k}={v}" for k, v in url.query.items() if isinstance(v, str))
+        conf[f"{prefix}.type"] = "jdbc"
+        conf[f"{prefix}.uri"] = (
+            f"jdbc:postgresql://{url.host or 'localhost'}{port}/{url.database or ''}"
+            + (f"?{query}" if query else "")
+        )
+        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
+        if url.username:
+            conf[f"{prefix}.jdbc.user"] = url.username
+        if url.password:
+            conf[f"{prefix}.jdbc.password"] = str(url.password)
+    else:
+        conf[f"{prefix}.type"] = kind
+        if "uri" in settings.properties:
+            conf[f"{prefix}.uri"] = settings.properties["uri"]
+    for key, value in settings.properties.items():
+        if key not in _PYICEBERG_ONLY:
+            conf[f"{prefix}.{key}"] = value
+    return conf
+
+
+def jdbc_driver_jars(settings: CatalogSettings) -> list[Path]:
+    """The JDBC driver jar Spark needs for this catalog; a clear error when it is missing."""
+    needed = {"sqlite": SQLITE_JDBC_JAR, "postgresql": POSTGRES_JDBC_JAR}.get(
+        catalog_kind(settings)
+    )
+    if needed is None:
+        return []
+    if not needed.is_file():
+        package = {
+            SQLITE_JDBC_JAR: "libxerial-sqlite-jdbc-java",
+            POSTGRES_JDBC_JAR: "libpostgresql-jdbc-java",
+        }[needed]
+        raise CatalogUnavailableError(
+            f"catalog {settings.name!r}: Spark needs the JDBC driver {needed}, which is missing; "
+            f"install Debian's {package} (scripts/setup.sh does)"
+        )
+    return [needed]

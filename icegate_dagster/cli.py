@@ -1,0 +1,268 @@
+"""``icegate-maintain``: the maintenance pass from a shell.
+
+Exit codes: 0 when every operation succeeded, 1 when any failed (after all
+ran), 2 for bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, load_config
+from icegate_dagster.errors import IcegateError
+from icegate_dagster.maintenance import Maintainer, TableRef, TableResult, TableStats
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_SINGLE_OPS = {
+    "optimize": "optimize",
+    "expire": "expire_snapshots",
+    "orphans": "remove_orphan_files",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        help="icegate.yaml to use (default: $ICEGATE_CONFIG, ./icegate.yaml, embedded default)",
+    )
+    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+    parser = argparse.ArgumentParser(
+        prog="icegate-maintain",
+        description="Maintain the Iceberg tables of a lakehouse: compact, expire, clean up.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo", parents=[common], help="build the demo lakehouse in ./.icegate and maintain it"
+    )
+    demo.add_argument("--root", default=EMBEDDED_DIR, help="folder of the demo lakehouse")
+    sub.add_parser("discover", parents=[common], help="list the tables that would be maintained")
+    status = sub.add_parser("status", parents=[common], help="files, bytes, snapshots per table")
+    status.add_argument("--table", action="append", metavar="T", help="namespace.table")
+    run = sub.add_parser("run", parents=[common], help="full maintenance pass")
+    run.add_argument("--table", action="append", metavar="T", help="only these (repeatable)")
+    run.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
+    for name, operation in _SINGLE_OPS.items():
+        one = sub.add_parser(name, parents=[common], help=f"run {operation} only")
+        one.add_argument("--table", action="append", metavar="T", required=True)
+        if name == "orphans":
+            one.add_argument("--dry-run", action="store_true", help="list, delete nothing")
+    return parser
+
+
+def _human_bytes(value: int) -> str:
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _arrow(before: int | None, after: int | None, fmt: Callable[[int], str] = str) -> str:
+    if before is None:
+        return "?"
+    if after is None or after == before:
+        return fmt(before)
+    return f"{fmt(before)} -> {fmt(after)}"
+
+
+def render_before_after(results: Sequence[TableResult]) -> str:
+    """The before/after table a person reads at a glance."""
+    rows = []
+    for r in results:
+        b, a = r.before, r.after
+        orphans = sum(int(op.output.get("orphans_removed", 0)) for op in r.ops)
+        failed = [op.operation for op in r.ops if op.status == "failed"]
+        state = "ok" if r.ok else ("FAILED: " + ", ".join(failed) if failed else "FAILED")
+        rows.append(
+            [
+                r.table,
+                _arrow(b.data_files if b else None, a.data_files if a else None),
+                _arrow(b.data_bytes if b else None, a.data_bytes if a else None, _human_bytes),
+                _arrow(b.snapshots if b else None, a.snapshots if a else None),
+                _arrow(b.rows if b else None, a.rows if a else None),
+                str(orphans),
+                f"{r.duration_s:.1f}s",
+                state,
+            ]
+        )
+    headers = ["table", "data files", "bytes", "snapshots", "rows", "orphans", "time", "status"]
+    return _table(headers, rows)
+
+
+def render_ops(results: Sequence[TableResult]) -> str:
+    """One line per table and operation."""
+    lines = []
+    for r in results:
+        if r.error:
+            lines.append(f"{r.table}: FAILED: {r.error}")
+        for op in r.ops:
+            lines.append(
+                f"{r.table} {op.operation}: {op.status} ({op.duration_s:.1f}s) {op.details}"
+            )
+    return "\n".join(lines)
+
+
+def render_status(stats: Sequence[tuple[str, TableStats | None, str | None]]) -> str:
+    """Current state of each table."""
+    rows = []
+    for name, s, error in stats:
+        if s is None:
+            rows.append([name, "-", "-", "-", "-", "-", "-", f"error: {error}"])
+            continue
+        rows.append(
+            [
+                name,
+                str(s.data_files),
+                str(s.small_files),
+                _human_bytes(s.data_bytes),
+                str(s.snapshots),
+                str(s.manifests),
+                str(s.rows),
+                "",
+            ]
+        )
+    headers = ["table", "data files", "small", "bytes", "snapshots", "manifests", "rows", ""]
+    return _table(headers, rows)
+
+
+def _targets(maintainer: Maintainer, names: list[str] | None) -> list[TableRef | TableResult]:
+    """The tables asked for: each resolved, or a failed result naming why not."""
+    if not names:
+        return list(maintainer.discover())
+    targets: list[TableRef | TableResult] = []
+    for name in names:
+        try:
+            targets.append(maintainer.resolve(name))
+        except IcegateError as exc:
+            targets.append(TableResult(str(name), None, None, [], 0.0, error=str(exc)))
+    return targets
+
+
+def _maintain(
+    maintainer: Maintainer, names: list[str] | None, operations: Sequence[str], dry_run: bool
+) -> list[TableResult]:
+    results = []
+    for target in _targets(maintainer, names):
+        if isinstance(target, TableResult):
+            results.append(target)
+        else:
+            results.append(maintainer.maintain_table(target, operations, dry_run=dry_run))
+    return results
+
+
+def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int:
+    if as_json:
+        print(json.dumps({"run_id": run_id, "tables": [r.as_dict() for r in results]}, indent=2))
+    else:
+        print(render_ops(results))
+        print()
+        print(render_before_after(results))
+        if not results:
+            print("no tables to maintain")
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from icegate_dagster.demo import build_demo_lakehouse
+
+        if not args.json:
+            print(f"building the demo lakehouse in {Path(args.root).resolve()} ...", flush=True)
+        config: IcegateConfig = build_demo_lakehouse(Path(args.root))
+        maintainer = Maintainer(config)
+        if not args.json:
+            print(
+                "maintaining it (optimize, rewrite_manifests, expire_snapshots, "
+                "remove_orphan_files) ...",
+                flush=True,
+            )
+        results = maintainer.maintain(maintainer.discover())
+        code = _emit_results(results, args.json, maintainer.run_id)
+        if not args.json:
+            print(f"\nlog rows appended to {config.log_table} (run_id {maintainer.run_id})")
+        return code
+
+    config = load_config(args.config)
+    maintainer = Maintainer(config)
+    if args.command == "discover":
+        tables = [ref.key for ref in maintainer.discover()]
+        print(json.dumps(tables) if args.json else "\n".join(tables) or "no tables found")
+        return EXIT_OK
+    if args.command == "status":
+        stats: list[tuple[str, TableStats | None, str | None]] = []
+        for target in _targets(maintainer, args.table):
+            if isinstance(target, TableResult):
+                stats.append((target.table, None, target.error))
+                continue
+            try:
+                stats.append((target.key, maintainer.stats(target), None))
+            except IcegateError as exc:
+                stats.append((target.key, None, str(exc)))
+        if args.json:
+            print(
+                json.dumps(
+                    [
+                        {"table": t, "stats": s.as_dict() if s else None, "error": e}
+                        for t, s, e in stats
+                    ],
+                    indent=2,
+                )
+            )
+        else:
+            print(render_status(stats))
+        return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
+    if args.command == "run":
+        from icegate_dagster.maintenance import OPERATIONS
+
+        results = _maintain(maintainer, args.table, OPERATIONS, args.dry_run)
+    else:
+        operation = _SINGLE_OPS[args.command]
+        results = _maintain(maintainer, args.table, [operation], getattr(args, "dry_run", False))
+    return _emit_results(results, args.json, maintainer.run_id)
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit code; the Spark session is left running."""
+    args = _parser().parse_args(argv)
+    try:
+        return _command(args)
+    except IcegateError as exc:
+        print(f"icegate-maintain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``icegate-maintain``: run the command, then stop Spark if it started."""
+    from icegate_dagster.spark_session import stop_spark
+
+    try:
+        return run_cli(argv)
+    except KeyboardInterrupt:
+        print("icegate-maintain: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        stop_spark()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

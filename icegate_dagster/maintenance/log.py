@@ -1,0 +1,100 @@
+"""The maintenance log: an Iceberg table with one row per table per operation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.results import OpResult
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+#: The contract's columns, in order.
+LOG_COLUMNS = (
+    "table_name",
+    "operation",
+    "status",
+    "details",
+    "snapshots_before",
+    "snapshots_after",
+    "files_before",
+    "files_after",
+    "bytes_before",
+    "bytes_after",
+    "duration_ms",
+    "run_id",
+    "executed_at",
+)
+_STRING_COLUMNS = {"table_name", "operation", "status", "details", "run_id"}
+
+
+def log_schema() -> Any:
+    """The Iceberg schema of the log table."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+    fields = []
+    for field_id, name in enumerate(LOG_COLUMNS, start=1):
+        if name in _STRING_COLUMNS:
+            kind: Any = StringType()
+        elif name == "executed_at":
+            kind = TimestamptzType()
+        else:
+            kind = LongType()
+        fields.append(NestedField(field_id, name, kind, required=False))
+    return Schema(*fields)
+
+
+def ensure_log_table(catalog: Catalog, ref: TableRef) -> None:
+    """Create the log table (and its namespace) if missing."""
+    catalog.create_namespace_if_not_exists(ref.namespace)
+    catalog.create_table_if_not_exists(ref.identifier, schema=log_schema())
+
+
+def log_row(result: OpResult, run_id: str, executed_at: datetime | None = None) -> dict[str, Any]:
+    """One log row for one operation result (``details`` carries the error of a failure)."""
+    before, after = result.before, result.after
+    return {
+        "table_name": result.table,
+        "operation": result.operation,
+        "status": result.status,
+        "details": result.details,
+        "snapshots_before": before.snapshots if before else None,
+        "snapshots_after": after.snapshots if after else None,
+        "files_before": before.data_files if before else None,
+        "files_after": after.data_files if after else None,
+        "bytes_before": before.data_bytes if before else None,
+        "bytes_after": after.data_bytes if after else None,
+        "duration_ms": int(round(result.duration_s * 1000)),
+        "run_id": run_id,
+        "executed_at": executed_at or datetime.now(UTC),
+    }
+
+
+def append_log_rows(
+    spark: SparkSession, catalog_name: str, ref: TableRef, rows: list[dict[str, Any]]
+) -> None:
+    """Append rows to the log table with Spark, in one commit."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    if not rows:
+        return
+    schema = StructType(
+        [
+            StructField(
+                name,
+                StringType()
+                if name in _STRING_COLUMNS
+                else TimestampType()
+                if name == "executed_at"
+                else LongType(),
+                True,
+            )
+            for name in LOG_COLUMNS
+        ]
+    )
+    data = [tuple(row[name] for name in LOG_COLUMNS) for row in rows]
+    spark.createDataFrame(data, schema).writeTo(ref.spark_identifier(catalog_name)).append()

@@ -1,0 +1,242 @@
+"""The maintenance pass: runs operations table by table, isolating every failure.
+
+:class:`Maintainer` is the one implementation the CLI and the Dagster assets
+share. Metadata reads (discovery, stats, planning) use pyiceberg; the work
+itself runs on Spark, which is started only when an operation needs it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from icegate_dagster.catalog import open_catalog, scrub
+from icegate_dagster.config import IcegateConfig, TableSettings
+from icegate_dagster.errors import IcegateError, TableNotFoundError
+from icegate_dagster.maintenance import operations as ops
+from icegate_dagster.maintenance.discovery import discover_tables
+from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
+from icegate_dagster.maintenance.results import OPERATIONS, OpResult, TableResult, TableStats
+from icegate_dagster.maintenance.stats import table_stats
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+SparkProvider = Callable[[], "SparkSession"]
+
+
+def new_run_id() -> str:
+    """A run id for CLI runs (Dagster runs use Dagster's own)."""
+    return f"cli-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
+class Maintainer:
+    """Maintains tables of one catalog under one configuration.
+
+    ``spark`` is a callable returning the session, so that nothing starts a JVM
+    until an operation actually needs one.
+    """
+
+    def __init__(
+        self,
+        config: IcegateConfig,
+        *,
+        catalog: Catalog | None = None,
+        spark: SparkProvider | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self._catalog = catalog
+        self._spark_provider = spark
+        self.run_id = run_id or new_run_id()
+
+    @property
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog, opened on first use."""
+        if self._catalog is None:
+            self._catalog = open_catalog(self.config.catalog)
+        return self._catalog
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session, started on first use."""
+        if self._spark_provider is None:
+            from icegate_dagster.spark_session import get_spark
+
+            config = self.config
+            self._spark_provider = lambda: get_spark(config)
+        return self._spark_provider()
+
+    @property
+    def log_table(self) -> TableRef:
+        """Where operation outcomes are appended."""
+        return TableRef.parse(self.config.log_table)
+
+    # -- metadata (no JVM) -------------------------------------------------
+
+    def discover(self) -> list[TableRef]:
+        """Tables of the configured namespaces, ``_``-prefixed ones left out."""
+        return discover_tables(self.catalog, self.config.namespaces)
+
+    def resolve(self, name: str) -> TableRef:
+        """Parse a user-given ``namespace.table`` and check that the table exists."""
+        ref = TableRef.parse(name)
+        if not self.catalog.table_exists(ref.identifier):
+            raise TableNotFoundError(
+                f"table {ref.key!r} does not exist in catalog {self.config.catalog.name!r}"
+            )
+        return ref
+
+    def load(self, ref: TableRef) -> Table:
+        """Load a table's current metadata; a clear error when it is gone."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(ref.identifier)
+        except NoSuchTableError:
+            raise TableNotFoundError(
+                f"table {ref.key!r} does not exist in catalog {self.config.catalog.name!r}"
+            ) from None
+
+    def settings(self, ref: TableRef) -> TableSettings:
+        """The table's effective settings."""
+        return self.config.for_table(ref.key)
+
+    def stats(self, ref: TableRef, table: Table | None = None) -> TableStats:
+        """Files, bytes, small files, snapshots, rows and manifests of a table."""
+        table = table if table is not None else self.load(ref)
+        optimize = self.settings(ref).optimize
+        return table_stats(table, optimize.file_size_threshold, optimize.min_input_files)
+
+    # -- operations ----------------------------------------------------------
+
+    def run_op(self, ref: TableRef, operation: str, *, dry_run: bool = False) -> OpResult:
+        """Run one operation on one table; any failure becomes a ``failed`` result."""
+        if operation not in OPERATIONS:
+            raise IcegateError(
+                f"operation {operation!r} is unknown (known: {', '.join(OPERATIONS)})"
+            )
+        started = time.monotonic()
+        before: TableStats | None = None
+        after: TableStats | None = None
+        output: dict[str, object] = {}
+        error: str | None = None
+        try:
+            table = self.load(ref)
+            before = self.stats(ref, table)
+            status, details, output = self._dispatch(ref, operation, table, before, dry_run)
+        except Exception as exc:  # rule: a failing op never stops the others
+            error = scrub(ops.describe_error(exc), self.config.catalog)
+            status, details = "failed", error
+        try:
+            after = self.stats(ref) if before is not None else None
+        except Exception:
+            after = None
+        return OpResult(
+            table=ref.key,
+            operation=operation,
+            status=status,  # type: ignore[arg-type]
+            details=details,
+            before=before,
+            after=after,
+            duration_s=time.monotonic() - started,
+            output=output,
+            error=error,
+        )
+
+    def _dispatch(
+        self, ref: TableRef, operation: str, table: Table, before: TableStats, dry_run: bool
+    ) -> tuple[str, str, dict[str, object]]:
+        settings = self.settings(ref)
+        now = datetime.now(UTC)
+        if table.current_snapshot() is None:
+            return "skipped", "table has no snapshot yet: nothing to maintain", {}
+        catalog = self.config.catalog.name
+        if dry_run and operation != "remove_orphan_files":
+            return "skipped", self._plan(operation, table, settings, before, now), {}
+        if operation == "optimize":
+            outcome = ops.optimize(self.spark, catalog, ref, settings.optimize, table)
+        elif operation == "rewrite_manifests":
+            outcome = ops.rewrite_manifests(self.spark, catalog, ref)
+        elif operation == "expire_snapshots":
+            outcome = ops.expire_snapshots(self.spark, catalog, ref, settings.expire_snapshots, now)
+        else:
+            outcome = ops.remove_orphan_files(
+                self.spark, catalog, ref, settings.remove_orphan_files, now, dry_run=dry_run
+            )
+        return "completed", outcome.details, outcome.output
+
+    @staticmethod
+    def _plan(
+        operation: str, table: Table, settings: TableSettings, before: TableStats, now: datetime
+    ) -> str:
+        if operation == "optimize":
+            return (
+                f"dry run: {before.compactable_files} small files would be rewritten "
+                f"({before.small_files} of {before.data_files} data files are under "
+                f"{settings.optimize.file_size_threshold} bytes; a partition needs "
+                f"{settings.optimize.min_input_files} of them)"
+            )
+        if operation == "expire_snapshots":
+            count = ops.expirable_snapshots(table, settings.expire_snapshots, now)
+            return f"dry run: {count} of {before.snapshots} snapshots would expire"
+        return f"dry run: {before.manifests} manifests would be rewritten by partition"
+
+    def maintain_table(
+        self,
+        ref: TableRef,
+        operations: Sequence[str] = OPERATIONS,
+        *,
+        dry_run: bool = False,
+        write_log: bool = True,
+    ) -> TableResult:
+        """Run ``operations`` on one table in order, then log every outcome."""
+        started = time.monotonic()
+        try:
+            before: TableStats | None = self.stats(ref)
+        except Exception as exc:
+            message = scrub(ops.describe_error(exc), self.config.catalog)
+            return TableResult(ref.key, None, None, [], time.monotonic() - started, error=message)
+        results = [self.run_op(ref, name, dry_run=dry_run) for name in operations]
+        after = next((r.after for r in reversed(results) if r.after is not None), before)
+        table_result = TableResult(ref.key, before, after, results, time.monotonic() - started)
+        if write_log and not dry_run:
+            self.write_log(results, table_result)
+        return table_result
+
+    def maintain(
+        self,
+        refs: Iterable[TableRef],
+        operations: Sequence[str] = OPERATIONS,
+        *,
+        dry_run: bool = False,
+        on_table: Callable[[TableResult], None] | None = None,
+    ) -> list[TableResult]:
+        """Maintain each table in turn; a failing table never stops the others."""
+        results = []
+        for ref in refs:
+            result = self.maintain_table(ref, operations, dry_run=dry_run)
+            results.append(result)
+            if on_table is not None:
+                on_table(result)
+        return results
+
+    def write_log(self, results: list[OpResult], table_result: TableResult | None = None) -> None:
+        """Append one log row per result; a log failure is recorded on the table result."""
+        if not results:
+            return
+        try:
+            ensure_log_table(self.catalog, self.log_table)
+            rows = [log_row(r, self.run_id) for r in results]
+            append_log_rows(self.spark, self.config.catalog.name, self.log_table, rows)
+        except Exception as exc:
+            message = scrub(ops.describe_error(exc), self.config.catalog)
+            if table_result is None:
+                raise IcegateError(f"cannot write the maintenance log: {message}") from None
+            table_result.error = f"maintenance log not written: {message}"

@@ -1,0 +1,206 @@
+"""The Spark side of each maintenance operation: one Iceberg procedure call each.
+
+Each function takes the Spark session, the catalog name, the table and its
+settings, runs the procedure and returns Iceberg's own output plus a one-line
+summary. Errors propagate; the runner turns them into failed results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from icegate_dagster.config import (
+    ExpireSnapshotsSettings,
+    OptimizeSettings,
+    RemoveOrphanFilesSettings,
+)
+from icegate_dagster.errors import OperationError
+from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+#: Iceberg's default ``write.target-file-size-bytes``.
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024**2
+
+
+@dataclass
+class ProcedureOutcome:
+    """What a procedure reported, and a sentence for people."""
+
+    details: str
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]) -> list[Any]:
+    arguments = ", ".join(f"{name} => {value}" for name, value in args.items())
+    sql = f"CALL {quote_identifier(catalog)}.system.{procedure}({arguments})"
+    return spark.sql(sql).collect()
+
+
+def _timestamp(moment: datetime) -> str:
+    # The session time zone is UTC, so a naive literal means UTC.
+    return f"TIMESTAMP {sql_string(moment.strftime('%Y-%m-%d %H:%M:%S.%f'))}"
+
+
+def _options(options: dict[str, str]) -> str:
+    pairs = ", ".join(f"{sql_string(k)}, {sql_string(v)}" for k, v in options.items())
+    return f"map({pairs})"
+
+
+def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
+    """Map ``file_size_threshold``/``min_input_files`` onto ``rewrite_data_files`` options.
+
+    Files smaller than the threshold are candidates (``min-file-size-bytes``);
+    a group is rewritten once it has ``min_input_files`` of them. The target
+    size stays the table's own unless the threshold would reach it, in which
+    case it is raised to twice the threshold (Iceberg requires min < target).
+    """
+    target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+    options = {
+        "min-input-files": str(settings.min_input_files),
+        "min-file-size-bytes": str(settings.file_size_threshold),
+    }
+    if settings.file_size_threshold >= target:
+        options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
+    return options
+
+
+def optimize(
+    spark: SparkSession, catalog: str, ref: TableRef, settings: OptimizeSettings, table: Table
+) -> ProcedureOutcome:
+    """Compact small data files with ``rewrite_data_files`` (binpack, or sort/z-order)."""
+    args = {"table": ref.procedure_argument(), "strategy": sql_string(settings.strategy)}
+    if settings.strategy == "sort":
+        if settings.sort_order:
+            args["sort_order"] = sql_string(settings.sort_order)
+        elif table.sort_order().is_unsorted:
+            raise OperationError(
+                f"table {ref.key}: optimize.strategy is 'sort' but the table has no sort order; "
+                "set optimize.sort_order (e.g. 'zorder(tenant_id, timestamp)')"
+            )
+    args["options"] = _options(rewrite_options(settings, table))
+    row = _call(spark, catalog, "rewrite_data_files", args)[0].asDict()
+    return ProcedureOutcome(
+        details=(
+            f"rewrote {row['rewritten_data_files_count']} data files "
+            f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}"
+        ),
+        output=row,
+    )
+
+
+def rewrite_manifests(spark: SparkSession, catalog: str, ref: TableRef) -> ProcedureOutcome:
+    """Cluster manifests by partition with ``rewrite_manifests``."""
+    row = _call(spark, catalog, "rewrite_manifests", {"table": ref.procedure_argument()})[0]
+    out = row.asDict()
+    return ProcedureOutcome(
+        details=(
+            f"rewrote {out['rewritten_manifests_count']} manifests "
+            f"into {out['added_manifests_count']}"
+        ),
+        output=out,
+    )
+
+
+def expire_snapshots(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    settings: ExpireSnapshotsSettings,
+    now: datetime,
+) -> ProcedureOutcome:
+    """Expire snapshots older than the threshold, keeping the last ``retain_last``.
+
+    Iceberg itself keeps the current snapshot and every branch and tag head.
+    """
+    older_than = now - settings.retention_threshold
+    args = {
+        "table": ref.procedure_argument(),
+        "older_than": _timestamp(older_than),
+        "retain_last": str(settings.retain_last),
+    }
+    out = _call(spark, catalog, "expire_snapshots", args)[0].asDict()
+    return ProcedureOutcome(
+        details=(
+            f"expired snapshots older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
+            f"(keeping the last {settings.retain_last}); deleted {out['deleted_data_files_count']} "
+            f"data files, {out['deleted_manifest_files_count']} manifests, "
+            f"{out['deleted_manifest_lists_count']} manifest lists"
+        ),
+        output=out,
+    )
+
+
+def remove_orphan_files(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    settings: RemoveOrphanFilesSettings,
+    now: datetime,
+    dry_run: bool = False,
+) -> ProcedureOutcome:
+    """Delete files under the table location that no snapshot references and are old enough."""
+    older_than = now - settings.retention_threshold
+    dry = dry_run or settings.dry_run
+    args = {
+        "table": ref.procedure_argument(),
+        "older_than": _timestamp(older_than),
+        "dry_run": "true" if dry else "false",
+    }
+    rows = _call(spark, catalog, "remove_orphan_files", args)
+    files = sorted(row["orphan_file_location"] for row in rows)
+    verb = "would remove" if dry else "removed"
+    return ProcedureOutcome(
+        details=(
+            f"{verb} {len(files)} orphan files older than "
+            f"{older_than:%Y-%m-%d %H:%M:%S} UTC" + (" (dry run)" if dry else "")
+        ),
+        output={"orphan_files": files, "orphans_removed": 0 if dry else len(files), "dry_run": dry},
+    )
+
+
+def expirable_snapshots(table: Table, settings: ExpireSnapshotsSettings, now: datetime) -> int:
+    """How many snapshots an expiry at ``now`` would remove, from metadata alone (a plan)."""
+    cutoff_ms = int((now - settings.retention_threshold).timestamp() * 1000)
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    current = table.current_snapshot()
+    ancestors: list[int] = []
+    snapshot = current
+    while snapshot is not None and len(ancestors) < settings.retain_last:
+        ancestors.append(snapshot.snapshot_id)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    protected.update(ancestors)
+    return sum(
+        1
+        for s in table.metadata.snapshots
+        if s.timestamp_ms < cutoff_ms and s.snapshot_id not in protected
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """One readable line for an error, Java root cause included, no stack trace."""
+
+    def first_line(text: str) -> str:
+        return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            top = first_line(str(java.toString()))
+            root = java
+            while root.getCause() is not None:
+                root = root.getCause()
+            bottom = first_line(str(root.toString()))
+            text = top if bottom == top else f"{top}; caused by {bottom}"
+        except Exception:  # the gateway may be gone; fall back to Python's text
+            text = first_line(str(exc))
+    else:
+        text = first_line(str(exc)) or type(exc).__name__
+        if not isinstance(exc, OperationError) and type(exc).__name__ not in text:
+            text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= 1000 else text[:997] + "..."

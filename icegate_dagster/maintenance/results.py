@@ -1,0 +1,96 @@
+"""Small result objects shared by the CLI and the Dagster assets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Status = Literal["completed", "failed", "skipped"]
+
+#: The maintenance operations, in the order a full pass runs them.
+OPERATIONS = ("optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """What a table's current metadata says, read by pyiceberg without a JVM."""
+
+    data_files: int
+    data_bytes: int
+    small_files: int
+    delete_files: int
+    snapshots: int
+    rows: int
+    manifests: int
+    compactable_files: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain dict, for JSON output and metadata."""
+        return asdict(self)
+
+
+@dataclass
+class OpResult:
+    """The outcome of one maintenance operation on one table."""
+
+    table: str
+    operation: str
+    status: Status
+    details: str
+    before: TableStats | None
+    after: TableStats | None
+    duration_s: float
+    output: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Completed or skipped: anything but a failure."""
+        return self.status != "failed"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for JSON output and metadata."""
+        return {
+            "table": self.table,
+            "operation": self.operation,
+            "status": self.status,
+            "details": self.details,
+            "before": self.before.as_dict() if self.before else None,
+            "after": self.after.as_dict() if self.after else None,
+            "duration_s": round(self.duration_s, 3),
+            "output": self.output,
+            "error": self.error,
+        }
+
+
+@dataclass
+class TableResult:
+    """Every operation run on one table in one pass, with the table's state around them."""
+
+    table: str
+    before: TableStats | None
+    after: TableStats | None
+    ops: list[OpResult]
+    duration_s: float
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """No operation failed and the table itself could be opened."""
+        return self.error is None and all(op.ok for op in self.ops)
+
+    def op(self, name: str) -> OpResult | None:
+        """The result of operation ``name``, if it ran."""
+        return next((op for op in self.ops if op.operation == name), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict, for JSON output and metadata."""
+        return {
+            "table": self.table,
+            "ok": self.ok,
+            "error": self.error,
+            "before": self.before.as_dict() if self.before else None,
+            "after": self.after.as_dict() if self.after else None,
+            "duration_s": round(self.duration_s, 3),
+            "ops": [op.as_dict() for op in self.ops],
+        }

@@ -1,0 +1,146 @@
+"""The Spark session: one per process, with the Iceberg runtime and the catalog registered.
+
+The Iceberg runtime jar is located in the installed ``snowpark-connect-deps-iceberg``
+package at run time; a user's own ``spark.jars`` or ``spark.jars.packages`` take
+precedence. The user's ``spark.conf`` is merged last.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from icegate_dagster.catalog import POSTGRES_JDBC_JAR, jdbc_driver_jars, spark_catalog_conf
+from icegate_dagster.config import IcegateConfig
+from icegate_dagster.errors import SparkStartError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+_RUNTIME_PACKAGE = "snowpark_connect_deps_iceberg"
+_RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped by the installed PyPI package."""
+    try:
+        folder = Path(str(resources.files(_RUNTIME_PACKAGE))) / "jars"
+    except ModuleNotFoundError:
+        raise SparkStartError(
+            f"the Iceberg runtime package {_RUNTIME_PACKAGE} is not installed "
+            "(pip install snowpark-connect-deps-iceberg==1.0.2), and spark.conf names no "
+            "iceberg-spark-runtime jar"
+        ) from None
+    jars = sorted(folder.glob(_RUNTIME_GLOB))
+    if not jars:
+        raise SparkStartError(f"no {_RUNTIME_GLOB} in {folder}")
+    return jars[-1]
+
+
+def _user_supplies_iceberg(conf: Mapping[str, str]) -> bool:
+    return any(
+        "iceberg-spark-runtime" in conf.get(key, "")
+        for key in ("spark.jars", "spark.jars.packages")
+    )
+
+
+def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
+    """Every Spark setting of the session, user ``spark.conf`` merged last."""
+    user = dict(config.spark.conf)
+    jars: list[str] = []
+    if not _user_supplies_iceberg(user):
+        jars.append(str(iceberg_runtime_jar()))
+    jars += [str(p) for p in jdbc_driver_jars(config.catalog)]
+    # The PostgreSQL driver rides along when present, so one session serves both kinds.
+    if POSTGRES_JDBC_JAR.is_file() and str(POSTGRES_JDBC_JAR) not in jars:
+        jars.append(str(POSTGRES_JDBC_JAR))
+    log4j = Path(str(resources.files("icegate_dagster"))) / "log4j2.properties"
+    conf = {
+        "spark.master": config.spark.master,
+        "spark.app.name": "icegate-maintain",
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j}",
+    }
+    if config.spark.master.startswith("local"):
+        # Maintenance shuffles are small; Spark's 200 default mostly schedules empty tasks.
+        conf["spark.sql.shuffle.partitions"] = "8"
+    user_jars = [j for j in user.pop("spark.jars", "").split(",") if j.strip()]
+    if user_jars or jars:
+        conf["spark.jars"] = ",".join([*user_jars, *jars])
+    conf.update(spark_catalog_conf(config.catalog))
+    if "spark.driver.extraJavaOptions" in user:
+        user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
+    conf.update(user)
+    _check_local_jars(conf.get("spark.jars", ""))
+    return conf
+
+
+def _check_local_jars(jars: str) -> None:
+    for entry in filter(None, (j.strip() for j in jars.split(","))):
+        if "://" in entry and not entry.startswith("file:"):
+            continue
+        path = Path(entry.removeprefix("file://").removeprefix("file:"))
+        if not path.is_file():
+            raise SparkStartError(f"spark.jars entry {entry!r} does not exist")
+
+
+def get_spark(config: IcegateConfig) -> SparkSession:
+    """The process's Spark session, started on first use; later calls register new catalogs."""
+    global _session
+    conf = build_spark_conf(config)
+    with _lock:
+        if _session is None:
+            _session = _start(conf)
+        else:
+            _register_catalog(_session, config)
+        return _session
+
+
+def _start(conf: Mapping[str, str]) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SparkStartError(
+            f"Spark could not start (master {conf.get('spark.master')!r}): {first}. "
+            "Check that Java 17 is installed (JAVA_HOME) and spark.conf is valid."
+        ) from None
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _register_catalog(session: SparkSession, config: IcegateConfig) -> None:
+    """Add a catalog to a running session (Spark loads catalog plugins on first use)."""
+    for key, value in spark_catalog_conf(config.catalog).items():
+        current = session.conf.get(key, None)
+        if current is None:
+            session.conf.set(key, value)
+        elif current != value:
+            raise SparkStartError(
+                f"Spark catalog {config.catalog.name!r} is already registered in this process "
+                f"with another setting for {key}; give each catalog its own name"
+            )
+
+
+def stop_spark() -> None:
+    """Stop the process's session (tests and the CLI call this on exit)."""
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None

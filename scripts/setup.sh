@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: Debian packages Spark's catalog needs, then a virtualenv in .venv.
+# Safe to re-run: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=()
+[ -f /usr/share/java/sqlite-jdbc.jar ] || apt_packages+=(libxerial-sqlite-jdbc-java)
+command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing Debian packages: ${apt_packages[*]}"
+  $sudo apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    "${apt_packages[@]}" >/dev/null
+fi
+
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  echo "setup: Python 3.11 is required ($python is $("$python" --version 2>&1)); set PYTHON=" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+
+# Reinstall only when the dependency files changed since the last set-up.
+stamp=.venv/.icegate-setup-stamp
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python packages into .venv (first run takes a minute)"
+  # (this machine kind's pip.conf names local indexes that may be absent: hide that noise)
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]" \
+    2> >(grep -v "is neither a file nor a directory" >&2)
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,32 @@
+"""Suite-wide fixtures: one Spark session for the whole test session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icegate_dagster.spark_session import stop_spark
+from tests.lakehouse import Lakehouse, make_lakehouse
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_spark_session() -> Iterator[None]:
+    """Spark starts lazily on first use and is stopped once, at the end of the suite."""
+    yield
+    stop_spark()
+
+
+@pytest.fixture
+def lakehouse_factory(tmp_path: Path) -> Callable[..., Lakehouse]:
+    """Make temporary lakehouses: ``lakehouse_factory(maintain={...})``."""
+    count = 0
+
+    def make(maintain: dict[str, Any] | None = None) -> Lakehouse:
+        nonlocal count
+        count += 1
+        return make_lakehouse(tmp_path / f"lakehouse{count}", maintain)
+
+    return make
