@@ -128,6 +128,14 @@ class RemoveOrphanFilesSettings(_Block):
     dry_run: bool = False
 
 
+class HealthCheckSettings(_Block):
+    """Thresholds of the asset checks (IceGate's alert levels)."""
+
+    max_snapshots: int = Field(100, ge=1)
+    max_wal_files: int = Field(1000, ge=1)
+    max_wal_bytes: Size = 10 * 1024**3
+
+
 class RetentionSettings(_Block):
     """TTL: rows whose ``column`` is older than ``days`` are deleted."""
 
@@ -140,6 +148,7 @@ _BLOCKS: dict[str, type[_Block]] = {
     "optimize": OptimizeSettings,
     "expire_snapshots": ExpireSnapshotsSettings,
     "remove_orphan_files": RemoveOrphanFilesSettings,
+    "checks": HealthCheckSettings,
 }
 
 
@@ -151,6 +160,7 @@ class TableSettings:
     optimize: OptimizeSettings
     expire_snapshots: ExpireSnapshotsSettings
     remove_orphan_files: RemoveOrphanFilesSettings
+    checks: HealthCheckSettings
     retention: RetentionSettings | None = None
 
 

@@ -120,8 +120,13 @@ def _start(conf: Mapping[str, str]) -> SparkSession:
             f"Spark could not start (master {conf.get('spark.master')!r}): {first}. "
             "Check that Java 17 is installed (JAVA_HOME) and spark.conf is valid."
         ) from None
-    session.sparkContext.setLogLevel("ERROR")
+    quiet_logs(session)
     return session
+
+
+def quiet_logs(session: SparkSession) -> None:
+    """Errors only from Spark: icegate reports results itself."""
+    session.sparkContext.setLogLevel("ERROR")
 
 
 def _register_catalog(session: SparkSession, config: IcegateConfig) -> None:
@@ -138,9 +143,12 @@ def _register_catalog(session: SparkSession, config: IcegateConfig) -> None:
 
 
 def stop_spark() -> None:
-    """Stop the process's session (tests and the CLI call this on exit)."""
+    """Stop the process's session, however it was started (tests and the CLI call this)."""
     global _session
+    from pyspark.sql import SparkSession
+
     with _lock:
-        if _session is not None:
-            _session.stop()
-            _session = None
+        session = _session or SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+        _session = None

@@ -98,3 +98,22 @@ def append_log_rows(
     )
     data = [tuple(row[name] for name in LOG_COLUMNS) for row in rows]
     spark.createDataFrame(data, schema).writeTo(ref.spark_identifier(catalog_name)).append()
+
+
+def read_log(catalog: Catalog, ref: TableRef, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Rows of the log table (only ``run_id``'s when given), read with pyiceberg (no JVM)."""
+    from pyiceberg.expressions import AlwaysTrue, EqualTo
+
+    table = catalog.load_table(ref.identifier)
+    # pyiceberg's runtime signature is (term, literal); its pydantic stub hides that from mypy.
+    row_filter = EqualTo("run_id", run_id) if run_id is not None else AlwaysTrue()  # type: ignore[call-arg,arg-type]
+    rows: list[dict[str, Any]] = table.scan(row_filter=row_filter).to_arrow().to_pylist()
+    return rows
+
+
+def log_size(catalog: Catalog, ref: TableRef) -> int:
+    """How many rows the log table holds, from its snapshot summary."""
+    snapshot = catalog.load_table(ref.identifier).current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.get("total-records", 0) or 0)

@@ -1,0 +1,290 @@
+"""``maintained_table``: one partition per Iceberg table, each maintenance op a visible step.
+
+The graph runs ``plan`` -> ``optimize`` -> ``rewrite_manifests`` ->
+``expire_snapshots`` -> ``remove_orphan_files`` -> ``record``. Every step
+handles all tables of the run (a backfill batch holds several), one table at a
+time, so the run shares one Spark session. ``record`` appends the log rows,
+adds each partition's metadata and evaluates each partition's checks.
+"""
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
+from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
+from icegate_dagster.maintenance.wal import WalStats, wal_stats
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource, SparkResource
+
+MAINTAINED_TABLE = dg.AssetKey("maintained_table")
+#: Maintenance steps take a slot of this pool (see dagster.yaml): they never overlap.
+POOL = "iceberg_maintenance"
+#: Tables per run when a backfill is split into batches; each batch shares one Spark session.
+TABLES_PER_BACKFILL_RUN = 25
+
+
+@dataclass
+class TableRun:
+    """One table's progress through the run's steps."""
+
+    key: str
+    ref: TableRef | None
+    before: TableStats | None
+    started: float
+    ops: list[OpResult] = field(default_factory=list)
+    error: str | None = None
+
+    def result(self) -> TableResult:
+        """The table's outcome so far."""
+        after = next((op.after for op in reversed(self.ops) if op.after is not None), self.before)
+        return TableResult(
+            table=self.key,
+            before=self.before,
+            after=after,
+            ops=list(self.ops),
+            duration_s=time.monotonic() - self.started,
+            error=self.error,
+        )
+
+
+@dataclass
+class MaintenanceBatch:
+    """The tables of one run, passed from step to step."""
+
+    tables: list[TableRun]
+
+
+@dg.op(description="Resolve the run's tables and read their state from Iceberg metadata.")
+def plan(context: dg.OpExecutionContext, lakehouse: LakehouseResource) -> MaintenanceBatch:
+    """Every partition of the run becomes a :class:`TableRun`; a bad one fails alone."""
+    maintainer = lakehouse.maintainer(context.run.run_id)
+    tables = []
+    for key in context.partition_keys:
+        started = time.monotonic()
+        try:
+            ref = maintainer.resolve(key)
+            before = maintainer.stats(ref)
+        except Exception as exc:  # the table fails alone; the others go on
+            context.log.error(f"{key}: {exc}")
+            tables.append(TableRun(key, None, None, started, error=str(exc)))
+            continue
+        context.log.info(
+            f"{key}: {before.data_files} data files ({before.small_files} small), "
+            f"{before.snapshots} snapshots, {before.rows} rows"
+        )
+        tables.append(TableRun(key, ref, before, started))
+    return MaintenanceBatch(tables)
+
+
+def _maintenance_step(operation: str) -> dg.OpDefinition:
+    @dg.op(
+        name=operation,
+        pool=POOL,
+        description=f"Run Iceberg's {operation} on each table of the run (Spark).",
+        tags={"icegate/operation": operation},
+    )
+    def step(
+        context: dg.OpExecutionContext,
+        lakehouse: LakehouseResource,
+        spark: SparkResource,
+        batch: MaintenanceBatch,
+    ) -> MaintenanceBatch:
+        maintainer = lakehouse.maintainer(context.run.run_id, spark)
+        for table in batch.tables:
+            if table.ref is None:
+                continue
+            result = maintainer.run_op(table.ref, operation)
+            table.ops.append(result)
+            log = context.log.error if result.status == "failed" else context.log.info
+            log(
+                f"{table.key} {operation}: {result.status} in {result.duration_s:.1f}s: "
+                f"{result.details}"
+            )
+        return batch
+
+    return step
+
+
+MAINTENANCE_STEPS = [_maintenance_step(operation) for operation in OPERATIONS]
+
+
+def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
+    """The contract's metadata for one partition's materialization."""
+    before, after = result.before, result.after
+
+    def number(stats: TableStats | None, name: str) -> int | None:
+        return int(getattr(stats, name)) if stats is not None else None
+
+    metadata: dict[str, Any] = {
+        "files_before": number(before, "data_files"),
+        "files_after": number(after, "data_files"),
+        "bytes_before": number(before, "data_bytes"),
+        "bytes_after": number(after, "data_bytes"),
+        "snapshots_before": number(before, "snapshots"),
+        "snapshots_after": number(after, "snapshots"),
+        "rows_before": number(before, "rows"),
+        "rows_after": number(after, "rows"),
+        "small_files_after": number(after, "small_files"),
+        "wal_files_ingested": sum(int(op.output.get("wal_files_ingested", 0)) for op in result.ops),
+        "wal_files_count": wal.files,
+        "wal_size_bytes": wal.bytes,
+        "orphans_removed": sum(int(op.output.get("orphans_removed", 0)) for op in result.ops),
+        "duration_s": round(result.duration_s, 3),
+        "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
+    }
+    metadata = {k: v for k, v in metadata.items() if v is not None}
+    for op in result.ops:
+        metadata[f"{op.operation}_status"] = op.status
+        metadata[f"{op.operation}_duration_s"] = round(op.duration_s, 3)
+    if result.error:
+        metadata["error"] = result.error
+    rows = "\n".join(
+        f"| {op.operation} | {op.status} | {op.duration_s:.1f}s | "
+        f"{_files(op.before)} → {_files(op.after)} | {op.details.replace('|', '/')} |"
+        for op in result.ops
+    )
+    metadata["ops"] = dg.MetadataValue.md(
+        "| operation | status | time | data files | details |\n|---|---|---|---|---|\n" + rows
+    )
+    metadata["ops_json"] = dg.MetadataValue.json([op.as_dict() for op in result.ops])
+    return metadata
+
+
+def _files(stats: TableStats | None) -> str:
+    return str(stats.data_files) if stats is not None else "?"
+
+
+def check_event(outcome: CheckOutcome, partition: str) -> dg.AssetCheckEvaluation:
+    """One check's verdict on one partition, as a Dagster event."""
+    metadata = {
+        k: (dg.MetadataValue.json(v) if isinstance(v, list | dict) else v)
+        for k, v in outcome.metadata.items()
+    }
+    metadata["summary"] = dg.MetadataValue.text(outcome.description)
+    return dg.AssetCheckEvaluation(
+        asset_key=MAINTAINED_TABLE,
+        check_name=outcome.name,
+        passed=outcome.passed,
+        partition=partition,
+        metadata=metadata,
+        description=outcome.description,
+        severity=dg.AssetCheckSeverity.ERROR
+        if outcome.name in ("rows_preserved", "ops_succeeded")
+        else dg.AssetCheckSeverity.WARN,
+    )
+
+
+@dg.op(description="Append log rows, record each table's metadata and checks.")
+def record(
+    context: dg.AssetExecutionContext,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
+    batch: MaintenanceBatch,
+) -> None:
+    """Finish the asset: one materialization and five check evaluations per table."""
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
+    config = lakehouse.config()
+    for table in batch.tables:
+        result = table.result()
+        if table.ops:
+            maintainer.write_log(table.ops, result)
+        ref = table.ref or _ref_or_none(table.key)
+        wal = wal_stats(config.wal_root, ref) if ref is not None else WalStats(0, 0)
+        outcomes = evaluate_health(result, config.for_table(table.key), wal)
+        metadata = partition_metadata(result, wal)
+        metadata["checks"] = dg.MetadataValue.json(
+            {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
+        )
+        context.add_asset_metadata(metadata, partition_key=table.key)
+        for outcome in outcomes:
+            context.log_event(check_event(outcome, table.key))
+        state = "ok" if result.ok else "FAILED"
+        context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s")
+
+
+def _ref_or_none(key: str) -> TableRef | None:
+    try:
+        return TableRef.parse(key)
+    except Exception:
+        return None
+
+
+@dg.graph_asset(
+    name="maintained_table",
+    partitions_def=iceberg_tables,
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=TABLES_PER_BACKFILL_RUN),
+    group_name="iceberg_maintenance",
+    kinds={"iceberg", "spark"},
+    description=(
+        "Every Iceberg table of the lakehouse, kept healthy: small files compacted, manifests "
+        "rewritten, old snapshots expired, orphaned files removed. One partition per table."
+    ),
+)
+def maintained_table() -> Any:
+    """The maintenance pass as a graph: each operation is its own step."""
+    batch = plan()
+    for step in MAINTENANCE_STEPS:
+        batch = step(batch)
+    return record(batch)
+
+
+def _declared_check(name: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=MAINTAINED_TABLE,
+        name=name,
+        partitions_def=iceberg_tables,
+        description=(
+            f"{name}: evaluated per table by every maintenance run (step `record`). "
+            "Executed as its own step, it re-reports the latest verdict of each table in the run."
+        ),
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        return stored_verdicts(context.instance, list(context.partition_keys), name)
+
+    return _check
+
+
+def latest_verdict(instance: dg.DagsterInstance, partition: str, name: str) -> tuple[bool, str]:
+    """The verdict on ``name`` stored with the partition's latest materialization."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[partition]), limit=1
+    ).records
+    materialization = records[0].asset_materialization if records else None
+    if materialization is None:
+        return False, f"{partition} was never maintained"
+    verdicts = getattr(materialization.metadata.get("checks"), "value", None) or {}
+    verdict = verdicts.get(name)
+    if verdict is None:
+        return False, f"no {name} verdict recorded for {partition}"
+    return bool(verdict["passed"]), str(verdict["description"])
+
+
+def stored_verdicts(
+    instance: dg.DagsterInstance, partitions: list[str], name: str
+) -> dg.AssetCheckResult:
+    """One result for the step: the table's verdict, or a summary over a multi-table run.
+
+    (A multi-table step cannot attach a partition to an ``AssetCheckResult``; the
+    per-table verdicts are the ones ``record`` logged.)
+    """
+    verdicts = {key: latest_verdict(instance, key, name) for key in partitions}
+    if len(verdicts) == 1:
+        [(passed, description)] = verdicts.values()
+        return dg.AssetCheckResult(passed=passed, description=f"latest run: {description}")
+    failed = sorted(key for key, (passed, _) in verdicts.items() if not passed)
+    return dg.AssetCheckResult(
+        passed=not failed,
+        description=f"{len(verdicts) - len(failed)} of {len(verdicts)} tables pass"
+        + (f"; failing: {', '.join(failed)}" if failed else ""),
+        metadata={"failing_tables": dg.MetadataValue.json(failed)},
+    )
+
+
+with warnings.catch_warnings():
+    # Partitioned asset checks are a preview feature of Dagster 1.13; they work as used here.
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+    MAINTAINED_TABLE_CHECKS = [_declared_check(name) for name in CHECK_NAMES]

@@ -1,0 +1,59 @@
+"""``maintenance_log``: the Iceberg log table, downstream of every maintained table."""
+
+from typing import Any
+
+import dagster as dg
+
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.maintenance.log import ensure_log_table, log_size, read_log
+from icegate_dagster.resources import LakehouseResource
+
+PREVIEW_ROWS = 20
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    columns = [
+        "executed_at",
+        "table_name",
+        "operation",
+        "status",
+        "files_before",
+        "files_after",
+        "duration_ms",
+        "details",
+    ]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [str(row.get(c, "")).replace("|", "/").replace("\n", " ")[:120] for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    name="maintenance_log",
+    deps=[MAINTAINED_TABLE],
+    group_name="iceberg_maintenance",
+    kinds={"iceberg"},
+    description="The Iceberg table <namespace>._maintenance_log: one row per table per operation.",
+)
+def maintenance_log(
+    context: dg.AssetExecutionContext, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    """Report the log table: its size, this run's failures, the latest rows."""
+    maintainer = lakehouse.maintainer(context.run.run_id)
+    ref = maintainer.log_table
+    ensure_log_table(maintainer.catalog, ref)
+    this_run = read_log(maintainer.catalog, ref, run_id=context.run.run_id)
+    latest = sorted(this_run, key=lambda r: r["executed_at"], reverse=True)[:PREVIEW_ROWS]
+    failures = [r for r in this_run if r["status"] == "failed"]
+    for row in failures:
+        context.log.warning(f"{row['table_name']} {row['operation']} failed: {row['details']}")
+    return dg.MaterializeResult(
+        metadata={
+            "table": ref.key,
+            "rows": log_size(maintainer.catalog, ref),
+            "rows_this_run": len(this_run),
+            "failures_this_run": len(failures),
+            "rows_of_this_run": dg.MetadataValue.md(_markdown(latest)),
+        }
+    )

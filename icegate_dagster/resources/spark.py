@@ -1,0 +1,35 @@
+"""Spark for Dagster runs, built on dagster-pyspark and started lazily."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
+
+from icegate_dagster.config import IcegateConfig
+from icegate_dagster.spark_session import build_spark_conf, quiet_logs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """The run's Spark session, created on first use and shared by every step of the run.
+
+    Settings come from ``icegate.yaml`` (``spark.master``, ``spark.conf``);
+    ``spark_conf`` here is merged last, for per-deployment overrides.
+    """
+
+    spark_conf: dict[str, str] = {}
+    _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+
+    def session(self, config: IcegateConfig) -> SparkSession:
+        """The Spark session for ``config``'s catalog (no JVM starts before this call)."""
+        conf = {**build_spark_conf(config), **self.spark_conf}
+        if self._lazy is None or self._lazy.spark_config != conf:
+            self._lazy = LazyPySparkResource(spark_config=conf)
+        session: SparkSession = self._lazy.spark_session
+        quiet_logs(session)
+        return session

@@ -1,0 +1,97 @@
+"""The code location loads, with the contract's names, schedule and concurrency settings."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from icegate_dagster.assets.maintained_table import POOL
+from icegate_dagster.definitions import defs
+from icegate_dagster.jobs import batch_run_requests, daily_maintenance
+from icegate_dagster.partitions import iceberg_tables
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_definitions_load_with_contract_names() -> None:
+    assert dg.Definitions.validate_loadable(defs) is None
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert keys == {"maintained_table", "maintenance_log"}
+    assert graph.get(dg.AssetKey("maintained_table")).partitions_def == iceberg_tables
+    assert iceberg_tables.name == "iceberg_tables"
+    assert defs.resolve_job_def("maintenance_job") is not None
+    assert defs.resolve_sensor_def("iceberg_table_discovery") is not None
+    check_names = {key.name for key in graph.asset_check_keys}
+    assert check_names == {
+        "rows_preserved",
+        "small_files",
+        "snapshot_count",
+        "wal_backlog",
+        "ops_succeeded",
+    }
+    # Lineage: the log is downstream of the maintained tables.
+    parents = graph.get(dg.AssetKey("maintenance_log")).parent_keys
+    assert parents == {dg.AssetKey("maintained_table")}
+
+
+def test_maintenance_steps_are_visible_and_pooled() -> None:
+    job = defs.resolve_job_def("maintenance_job")
+    graph_node = job.graph.node_named("maintained_table")
+    steps = {node.name for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
+    assert steps == {
+        "plan",
+        "optimize",
+        "rewrite_manifests",
+        "expire_snapshots",
+        "remove_orphan_files",
+        "record",
+    }
+    pools = {node.name: node.definition.pool for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
+    assert pools["optimize"] == POOL and pools["remove_orphan_files"] == POOL
+
+
+def test_daily_schedule_cron_timezone_and_batches() -> None:
+    schedule = defs.resolve_schedule_def("daily_maintenance")
+    assert schedule.cron_schedule == "0 3 * * *"
+    assert schedule.execution_timezone == "UTC"
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance)
+        skipped = daily_maintenance(context)
+        assert isinstance(skipped, dg.SkipReason)
+        assert "iceberg_table_discovery" in str(skipped.skip_message)
+        keys = [f"lakehouse.t{i:02d}" for i in range(30)]
+        instance.add_dynamic_partitions(iceberg_tables.name, keys)
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC)
+        )
+        requests = list(daily_maintenance(context))
+    # Every current table, in batches of 25 that each share one Spark session.
+    assert [
+        (r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+        for r in requests
+    ] == [("lakehouse.t00", "lakehouse.t24"), ("lakehouse.t25", "lakehouse.t29")]
+    assert [r.run_key for r in requests] == [
+        "daily-2026-11-21:lakehouse.t00..lakehouse.t24",
+        "daily-2026-11-21:lakehouse.t25..lakehouse.t29",
+    ]
+
+
+def test_batch_run_keys_are_stable() -> None:
+    first = [r.run_key for r in batch_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
+    again = [r.run_key for r in batch_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
+    assert first == again == ["daily-2026-11-21:a.x..a.y"]
+
+
+def test_shipped_dagster_yaml_limits_one_run_per_table() -> None:
+    settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    [limit] = settings["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limit == {
+        "key": "dagster/partition",
+        "value": {"applyLimitPerUniqueValue": True},
+        "limit": 1,
+    }
+    with dg.instance_for_test(overrides={"concurrency": settings["concurrency"]}) as instance:
+        # The instance accepts the settings as shipped.
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
