@@ -54,6 +54,7 @@ class Maintainer:
         self.config = config
         self._catalog = catalog
         self._spark_provider = spark
+        self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
 
     @property
@@ -66,12 +67,14 @@ class Maintainer:
     @property
     def spark(self) -> SparkSession:
         """The Spark session, started on first use."""
-        if self._spark_provider is None:
-            from icegate_dagster.spark_session import get_spark
+        if self._spark is None:
+            if self._spark_provider is None:
+                from icegate_dagster.spark_session import get_spark
 
-            config = self.config
-            self._spark_provider = lambda: get_spark(config)
-        return self._spark_provider()
+                self._spark = get_spark(self.config)
+            else:
+                self._spark = self._spark_provider()
+        return self._spark
 
     @property
     def log_table(self) -> TableRef:

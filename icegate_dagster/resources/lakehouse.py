@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 from pydantic import PrivateAttr
 
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, load_config
+from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.resources.spark import SparkResource
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
 
 
 class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
@@ -21,6 +29,7 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     config_path: str | None = None
     _config: IcegateConfig | None = PrivateAttr(default=None)
+    _catalog: Catalog | None = PrivateAttr(default=None)
 
     def config(self) -> IcegateConfig:
         """The validated configuration, loaded once per resource instance."""
@@ -28,9 +37,19 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             self._config = load_config(self.config_path)
         return self._config
 
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog, opened once per resource instance (so once per run)."""
+        if self._catalog is None:
+            self._catalog = open_catalog(self.config().catalog)
+        return self._catalog
+
     def maintainer(self, run_id: str, spark: SparkResource | None = None) -> Maintainer:
         """A :class:`Maintainer` for this run; Spark starts only if an operation needs it."""
         config = self.config()
-        if spark is None:
-            return Maintainer(config, run_id=run_id)
-        return Maintainer(config, run_id=run_id, spark=lambda: spark.session(config))
+        # Without a Spark resource, a step must not start a JVM behind Dagster's back.
+        provider = _no_spark if spark is None else (lambda: spark.session(config))
+        return Maintainer(config, catalog=self.catalog(), run_id=run_id, spark=provider)
+
+
+def _no_spark() -> SparkSession:
+    raise IcegateError("this step has no Spark resource; only metadata work is allowed here")
