@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         one.add_argument("--table", action="append", metavar="T", required=True)
         if name == "orphans":
             one.add_argument("--dry-run", action="store_true", help="list, delete nothing")
+    rollback = sub.add_parser(
+        "rollback", parents=[common], help="make an earlier snapshot current again (logged)"
+    )
+    rollback.add_argument("--table", required=True, metavar="T", help="namespace.table")
+    rollback.add_argument("--snapshot-id", required=True, type=int, metavar="N")
     return parser
 
 
@@ -159,7 +164,10 @@ def _targets(maintainer: Maintainer, names: list[str] | None) -> list[TableRef |
 
 
 def _maintain(
-    maintainer: Maintainer, names: list[str] | None, operations: Sequence[str], dry_run: bool
+    maintainer: Maintainer,
+    names: list[str] | None,
+    operations: Sequence[str] | None,
+    dry_run: bool,
 ) -> list[TableResult]:
     results = []
     for target in _targets(maintainer, names):
@@ -231,10 +239,13 @@ def _command(args: argparse.Namespace) -> int:
         else:
             print(render_status(stats))
         return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
+    if args.command == "rollback":
+        ref = maintainer.resolve(args.table)
+        return _emit_results(
+            [maintainer.rollback(ref, args.snapshot_id)], args.json, maintainer.run_id
+        )
     if args.command == "run":
-        from icegate_dagster.maintenance import OPERATIONS
-
-        results = _maintain(maintainer, args.table, OPERATIONS, args.dry_run)
+        results = _maintain(maintainer, args.table, None, args.dry_run)
     else:
         operation = _SINGLE_OPS[args.command]
         results = _maintain(maintainer, args.table, [operation], getattr(args, "dry_run", False))

@@ -1,7 +1,8 @@
 """``maintained_table``: one partition per Iceberg table, each maintenance op a visible step.
 
 The graph runs ``plan`` -> ``optimize`` -> ``rewrite_manifests`` ->
-``expire_snapshots`` -> ``remove_orphan_files`` -> ``record``. Every step
+``expire_snapshots`` -> ``remove_orphan_files`` -> ``retention`` (tables with a
+TTL rule only) -> ``record``. Every step
 handles all tables of the run (a backfill batch holds several), one table at a
 time, so the run shares one Spark session. ``record`` appends the log rows,
 adds each partition's metadata and evaluates each partition's checks.
@@ -95,7 +96,7 @@ def _maintenance_step(operation: str) -> dg.OpDefinition:
     ) -> MaintenanceBatch:
         maintainer = lakehouse.maintainer(context.run.run_id, spark)
         for table in batch.tables:
-            if table.ref is None:
+            if table.ref is None or operation not in maintainer.operations_for(table.ref):
                 continue
             result = maintainer.run_op(table.ref, operation)
             table.ops.append(result)

@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings
-from icegate_dagster.errors import IcegateError, TableNotFoundError
+from icegate_dagster.errors import IcegateError, OperationError, TableNotFoundError
 from icegate_dagster.maintenance import operations as ops
 from icegate_dagster.maintenance.discovery import discover_tables
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
-from icegate_dagster.maintenance.results import OPERATIONS, OpResult, TableResult, TableStats
+from icegate_dagster.maintenance.results import (
+    OPERATIONS,
+    OpResult,
+    Status,
+    TableResult,
+    TableStats,
+)
 from icegate_dagster.maintenance.stats import table_stats
 
 if TYPE_CHECKING:
@@ -107,6 +113,12 @@ class Maintainer:
                 f"table {ref.key!r} does not exist in catalog {self.config.catalog.name!r}"
             ) from None
 
+    def operations_for(self, ref: TableRef) -> tuple[str, ...]:
+        """The full pass for ``ref``: ``retention`` only where a TTL rule is configured."""
+        if self.settings(ref).retention is None:
+            return tuple(op for op in OPERATIONS if op != "retention")
+        return OPERATIONS
+
     def settings(self, ref: TableRef) -> TableSettings:
         """The table's effective settings."""
         return self.config.for_table(ref.key)
@@ -169,10 +181,16 @@ class Maintainer:
             outcome = ops.rewrite_manifests(self.spark, catalog, ref)
         elif operation == "expire_snapshots":
             outcome = ops.expire_snapshots(self.spark, catalog, ref, settings.expire_snapshots, now)
-        else:
+        elif operation == "remove_orphan_files":
             outcome = ops.remove_orphan_files(
                 self.spark, catalog, ref, settings.remove_orphan_files, now, dry_run=dry_run
             )
+        elif operation == "retention":
+            if settings.retention is None:
+                return "skipped", "no retention rule for this table", {}
+            outcome = ops.retention(self.spark, catalog, ref, settings.retention, now)
+        else:  # run_op validated the name; a new operation must be wired in here
+            raise IcegateError(f"operation {operation!r} has no implementation")
         return "completed", outcome.details, outcome.output
 
     @staticmethod
@@ -189,18 +207,25 @@ class Maintainer:
         if operation == "expire_snapshots":
             count = ops.expirable_snapshots(table, settings.expire_snapshots, now)
             return f"dry run: {count} of {before.snapshots} snapshots would expire"
+        if operation == "retention":
+            rule = settings.retention
+            if rule is None:
+                return "dry run: no retention rule for this table"
+            return f"dry run: rows with {rule.column} older than {rule.days} days would be deleted"
         return f"dry run: {before.manifests} manifests would be rewritten by partition"
 
     def maintain_table(
         self,
         ref: TableRef,
-        operations: Sequence[str] = OPERATIONS,
+        operations: Sequence[str] | None = None,
         *,
         dry_run: bool = False,
         write_log: bool = True,
     ) -> TableResult:
-        """Run ``operations`` on one table in order, then log every outcome."""
+        """Run ``operations`` (default: the table's full pass) in order, then log every outcome."""
         started = time.monotonic()
+        if operations is None:
+            operations = self.operations_for(ref)
         try:
             before: TableStats | None = self.stats(ref)
         except Exception as exc:
@@ -216,7 +241,7 @@ class Maintainer:
     def maintain(
         self,
         refs: Iterable[TableRef],
-        operations: Sequence[str] = OPERATIONS,
+        operations: Sequence[str] | None = None,
         *,
         dry_run: bool = False,
         on_table: Callable[[TableResult], None] | None = None,
@@ -229,6 +254,43 @@ class Maintainer:
             if on_table is not None:
                 on_table(result)
         return results
+
+    def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
+        """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""
+        started = time.monotonic()
+        table = self.load(ref)
+        before = self.stats(ref, table)
+        known = [s.snapshot_id for s in table.metadata.snapshots]
+        if snapshot_id not in known:
+            raise OperationError(
+                f"snapshot {snapshot_id} is not in the history of {ref.key} "
+                f"(its snapshots: {', '.join(map(str, known[-10:])) or 'none'})"
+            )
+        output: dict[str, object] = {}
+        error = None
+        status: Status
+        try:
+            outcome = ops.rollback_to_snapshot(
+                self.spark, self.config.catalog.name, ref, snapshot_id
+            )
+            status, details, output = "completed", outcome.details, outcome.output
+        except Exception as exc:
+            error = scrub(ops.describe_error(exc), self.config.catalog)
+            status, details = "failed", error
+        result = OpResult(
+            ref.key,
+            "rollback",
+            status,
+            details,
+            before,
+            self.stats(ref),
+            time.monotonic() - started,
+            output,
+            error,
+        )
+        table_result = TableResult(ref.key, before, result.after, [result], result.duration_s)
+        self.write_log([result], table_result)
+        return table_result
 
     def write_log(self, results: list[OpResult], table_result: TableResult | None = None) -> None:
         """Append one log row per result; a log failure is recorded on the table result."""

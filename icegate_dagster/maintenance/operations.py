@@ -8,13 +8,14 @@ summary. Errors propagate; the runner turns them into failed results.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import (
     ExpireSnapshotsSettings,
     OptimizeSettings,
     RemoveOrphanFilesSettings,
+    RetentionSettings,
 )
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
@@ -160,6 +161,42 @@ def remove_orphan_files(
             f"{older_than:%Y-%m-%d %H:%M:%S} UTC" + (" (dry run)" if dry else "")
         ),
         output={"orphan_files": files, "orphans_removed": 0 if dry else len(files), "dry_run": dry},
+    )
+
+
+def retention(
+    spark: SparkSession, catalog: str, ref: TableRef, rule: RetentionSettings, now: datetime
+) -> ProcedureOutcome:
+    """Delete rows whose ``rule.column`` is older than ``rule.days`` days (TTL).
+
+    A filter aligned with the table's partitions is applied by Iceberg as a
+    metadata-only delete (whole files dropped, nothing rewritten).
+    """
+    cutoff = now - timedelta(days=rule.days)
+    table = ref.spark_identifier(catalog)
+    condition = f"{quote_identifier(rule.column)} < {_timestamp(cutoff)}"
+    doomed = int(spark.sql(f"SELECT count(*) FROM {table} WHERE {condition}").collect()[0][0])
+    if doomed:
+        spark.sql(f"DELETE FROM {table} WHERE {condition}")
+    return ProcedureOutcome(
+        details=(
+            f"deleted {doomed} rows with {rule.column} before {cutoff:%Y-%m-%d %H:%M:%S} UTC "
+            f"({rule.days} days)"
+        ),
+        output={"rows_deleted": doomed, "cutoff": cutoff.isoformat()},
+    )
+
+
+def rollback_to_snapshot(
+    spark: SparkSession, catalog: str, ref: TableRef, snapshot_id: int
+) -> ProcedureOutcome:
+    """Make ``snapshot_id`` the table's current snapshot again."""
+    args = {"table": ref.procedure_argument(), "snapshot_id": str(int(snapshot_id))}
+    out = _call(spark, catalog, "rollback_to_snapshot", args)[0].asDict()
+    return ProcedureOutcome(
+        details=f"rolled back from snapshot {out['previous_snapshot_id']} "
+        f"to {out['current_snapshot_id']}",
+        output=out,
     )
 
 

@@ -7,8 +7,15 @@ from typing import Any, Literal
 
 Status = Literal["completed", "failed", "skipped"]
 
-#: The maintenance operations, in the order a full pass runs them.
-OPERATIONS = ("optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")
+#: The maintenance operations, in the order a full pass runs them. ``retention`` runs
+#: only on tables with a TTL rule.
+OPERATIONS = (
+    "optimize",
+    "rewrite_manifests",
+    "expire_snapshots",
+    "remove_orphan_files",
+    "retention",
+)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ def test_maintenance_steps_are_visible_and_pooled() -> None:
         "rewrite_manifests",
         "expire_snapshots",
         "remove_orphan_files",
+        "retention",
         "record",
     }
     pools = {node.name: node.definition.pool for node in graph_node.definition.nodes}  # type: ignore[attr-defined]

@@ -101,6 +101,7 @@ def test_multi_partition_run_maintains_every_table_in_one_session(
         "maintained_table.rewrite_manifests",
         "maintained_table.expire_snapshots",
         "maintained_table.remove_orphan_files",
+        "maintained_table.retention",
         "maintained_table.record",
         "maintenance_log",
     ]
