@@ -41,14 +41,8 @@ class TableRun:
 
     def result(self) -> TableResult:
         """The table's outcome so far."""
-        after = next((op.after for op in reversed(self.ops) if op.after is not None), self.before)
-        return TableResult(
-            table=self.key,
-            before=self.before,
-            after=after,
-            ops=list(self.ops),
-            duration_s=time.monotonic() - self.started,
-            error=self.error,
+        return TableResult.from_ops(
+            self.key, self.before, self.ops, time.monotonic() - self.started, self.error
         )
 
 
@@ -193,8 +187,8 @@ def record(
         result = table.result()
         if table.ops:
             maintainer.write_log(table.ops, result)
-        ref = table.ref or _ref_or_none(table.key)
-        wal = wal_stats(config.wal_root, ref) if ref is not None else WalStats(0, 0)
+        # A table that could not be resolved has no WAL folder to size.
+        wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
         outcomes = evaluate_health(result, config.for_table(table.key), wal)
         metadata = partition_metadata(result, wal)
         metadata["checks"] = dg.MetadataValue.json(
@@ -205,13 +199,6 @@ def record(
             context.log_event(check_event(outcome, table.key))
         state = "ok" if result.ok else "FAILED"
         context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s")
-
-
-def _ref_or_none(key: str) -> TableRef | None:
-    try:
-        return TableRef.parse(key)
-    except Exception:
-        return None
 
 
 @dg.graph_asset(

@@ -137,15 +137,29 @@ class Maintainer:
             raise IcegateError(
                 f"operation {operation!r} is unknown (known: {', '.join(OPERATIONS)})"
             )
+        return self._execute(
+            ref,
+            operation,
+            lambda table, before: self._dispatch(ref, operation, table, before, dry_run),
+        )
+
+    def _execute(
+        self,
+        ref: TableRef,
+        operation: str,
+        action: Callable[[Table, TableStats], tuple[Status, str, dict[str, object]]],
+    ) -> OpResult:
+        """Load the table, run ``action``, and wrap the outcome with stats before and after."""
         started = time.monotonic()
         before: TableStats | None = None
         after: TableStats | None = None
         output: dict[str, object] = {}
         error: str | None = None
+        status: Status
         try:
             table = self.load(ref)
             before = self.stats(ref, table)
-            status, details, output = self._dispatch(ref, operation, table, before, dry_run)
+            status, details, output = action(table, before)
         except Exception as exc:  # rule: a failing op never stops the others
             error = scrub(ops.describe_error(exc), self.config.catalog)
             status, details = "failed", error
@@ -156,7 +170,7 @@ class Maintainer:
         return OpResult(
             table=ref.key,
             operation=operation,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             details=details,
             before=before,
             after=after,
@@ -167,7 +181,7 @@ class Maintainer:
 
     def _dispatch(
         self, ref: TableRef, operation: str, table: Table, before: TableStats, dry_run: bool
-    ) -> tuple[str, str, dict[str, object]]:
+    ) -> tuple[Status, str, dict[str, object]]:
         settings = self.settings(ref)
         now = datetime.now(UTC)
         if table.current_snapshot() is None:
@@ -232,8 +246,7 @@ class Maintainer:
             message = scrub(ops.describe_error(exc), self.config.catalog)
             return TableResult(ref.key, None, None, [], time.monotonic() - started, error=message)
         results = [self.run_op(ref, name, dry_run=dry_run) for name in operations]
-        after = next((r.after for r in reversed(results) if r.after is not None), before)
-        table_result = TableResult(ref.key, before, after, results, time.monotonic() - started)
+        table_result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
         if write_log and not dry_run:
             self.write_log(results, table_result)
         return table_result
@@ -257,38 +270,20 @@ class Maintainer:
 
     def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
         """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""
-        started = time.monotonic()
-        table = self.load(ref)
-        before = self.stats(ref, table)
-        known = [s.snapshot_id for s in table.metadata.snapshots]
+        known = [s.snapshot_id for s in self.load(ref).metadata.snapshots]
         if snapshot_id not in known:
             raise OperationError(
                 f"snapshot {snapshot_id} is not in the history of {ref.key} "
                 f"(its snapshots: {', '.join(map(str, known[-10:])) or 'none'})"
             )
-        output: dict[str, object] = {}
-        error = None
-        status: Status
-        try:
-            outcome = ops.rollback_to_snapshot(
-                self.spark, self.config.catalog.name, ref, snapshot_id
-            )
-            status, details, output = "completed", outcome.details, outcome.output
-        except Exception as exc:
-            error = scrub(ops.describe_error(exc), self.config.catalog)
-            status, details = "failed", error
-        result = OpResult(
-            ref.key,
-            "rollback",
-            status,
-            details,
-            before,
-            self.stats(ref),
-            time.monotonic() - started,
-            output,
-            error,
-        )
-        table_result = TableResult(ref.key, before, result.after, [result], result.duration_s)
+
+        def roll_back(table: Table, before: TableStats) -> tuple[Status, str, dict[str, object]]:
+            catalog = self.config.catalog.name
+            outcome = ops.rollback_to_snapshot(self.spark, catalog, ref, snapshot_id)
+            return "completed", outcome.details, outcome.output
+
+        result = self._execute(ref, "rollback", roll_back)
+        table_result = TableResult.from_ops(ref.key, result.before, [result], result.duration_s)
         self.write_log([result], table_result)
         return table_result
 

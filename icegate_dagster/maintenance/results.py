@@ -81,6 +81,19 @@ class TableResult:
     duration_s: float
     error: str | None = None
 
+    @classmethod
+    def from_ops(
+        cls,
+        table: str,
+        before: TableStats | None,
+        ops: list[OpResult],
+        duration_s: float,
+        error: str | None = None,
+    ) -> TableResult:
+        """A table's result; its state after is the last operation's that could be read."""
+        after = next((op.after for op in reversed(ops) if op.after is not None), before)
+        return cls(table, before, after, list(ops), duration_s, error)
+
     @property
     def ok(self) -> bool:
         """No operation failed and the table itself could be opened."""
