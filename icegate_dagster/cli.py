@@ -19,6 +19,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef, TableResult, Table
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 _SINGLE_OPS = {
+    "compact": "wal_compaction",
     "optimize": "optimize",
     "expire": "expire_snapshots",
     "orphans": "remove_orphan_files",
@@ -55,6 +56,18 @@ def _parser() -> argparse.ArgumentParser:
         one.add_argument("--table", action="append", metavar="T", required=True)
         if name == "orphans":
             one.add_argument("--dry-run", action="store_true", help="list, delete nothing")
+        if name == "compact":
+            one.add_argument(
+                "--force", action="store_true", help="ingest the WAL even below its thresholds"
+            )
+    migrate = sub.add_parser(
+        "migrate",
+        parents=[common],
+        help="create IceGate's logs/spans/metrics/events tables or add their missing columns",
+    )
+    migrate.add_argument(
+        "--namespace", metavar="NS", help="default: the first of namespaces, else lakehouse"
+    )
     rollback = sub.add_parser(
         "rollback", parents=[common], help="make an earlier snapshot current again (logged)"
     )
@@ -96,6 +109,7 @@ def render_before_after(results: Sequence[TableResult]) -> str:
     for r in results:
         b, a = r.before, r.after
         orphans = sum(int(op.output.get("orphans_removed", 0)) for op in r.ops)
+        wal_in = sum(int(op.output.get("wal_files_ingested", 0)) for op in r.ops)
         failed = [op.operation for op in r.ops if op.status == "failed"]
         state = "ok" if r.ok else ("FAILED: " + ", ".join(failed) if failed else "FAILED")
         rows.append(
@@ -105,12 +119,23 @@ def render_before_after(results: Sequence[TableResult]) -> str:
                 _arrow(b.data_bytes if b else None, a.data_bytes if a else None, _human_bytes),
                 _arrow(b.snapshots if b else None, a.snapshots if a else None),
                 _arrow(b.rows if b else None, a.rows if a else None),
+                str(wal_in),
                 str(orphans),
                 f"{r.duration_s:.1f}s",
                 state,
             ]
         )
-    headers = ["table", "data files", "bytes", "snapshots", "rows", "orphans", "time", "status"]
+    headers = [
+        "table",
+        "data files",
+        "bytes",
+        "snapshots",
+        "rows",
+        "WAL files in",
+        "orphans",
+        "time",
+        "status",
+    ]
     return _table(headers, rows)
 
 
@@ -168,13 +193,16 @@ def _maintain(
     names: list[str] | None,
     operations: Sequence[str] | None,
     dry_run: bool,
+    force: bool = False,
 ) -> list[TableResult]:
     results = []
     for target in _targets(maintainer, names):
         if isinstance(target, TableResult):
             results.append(target)
         else:
-            results.append(maintainer.maintain_table(target, operations, dry_run=dry_run))
+            results.append(
+                maintainer.maintain_table(target, operations, dry_run=dry_run, force=force)
+            )
     return results
 
 
@@ -190,6 +218,19 @@ def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
+def _migrate(maintainer: Maintainer, namespace: str | None, as_json: bool) -> int:
+    from icegate_dagster.maintenance.migrate import migrate, target_namespace
+
+    target = target_namespace(maintainer.config.namespaces, namespace)
+    results = migrate(maintainer.catalog, target)
+    if as_json:
+        print(json.dumps({"namespace": target, "tables": [r.as_dict() for r in results]}, indent=2))
+    else:
+        rows = [[r.table, r.action, r.error or ", ".join(r.added_columns) or "-"] for r in results]
+        print(_table(["table", "action", "columns added / error"], rows))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
 def _command(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from icegate_dagster.demo import build_demo_lakehouse
@@ -200,8 +241,8 @@ def _command(args: argparse.Namespace) -> int:
         maintainer = Maintainer(config)
         if not args.json:
             print(
-                "maintaining it (optimize, rewrite_manifests, expire_snapshots, "
-                "remove_orphan_files) ...",
+                "maintaining it (wal_compaction, optimize, rewrite_manifests, "
+                "expire_snapshots, remove_orphan_files) ...",
                 flush=True,
             )
         results = maintainer.maintain(maintainer.discover())
@@ -239,6 +280,8 @@ def _command(args: argparse.Namespace) -> int:
         else:
             print(render_status(stats))
         return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
+    if args.command == "migrate":
+        return _migrate(maintainer, args.namespace, args.json)
     if args.command == "rollback":
         ref = maintainer.resolve(args.table)
         return _emit_results(
@@ -248,7 +291,13 @@ def _command(args: argparse.Namespace) -> int:
         results = _maintain(maintainer, args.table, None, args.dry_run)
     else:
         operation = _SINGLE_OPS[args.command]
-        results = _maintain(maintainer, args.table, [operation], getattr(args, "dry_run", False))
+        results = _maintain(
+            maintainer,
+            args.table,
+            [operation],
+            getattr(args, "dry_run", False),
+            force=getattr(args, "force", False),
+        )
     return _emit_results(results, args.json, maintainer.run_id)
 
 

@@ -1,9 +1,10 @@
-"""The demo lakehouse: small files, many snapshots and an orphan, built with pyiceberg.
+"""The demo lakehouse: small files, many snapshots, an orphan and a WAL backlog.
 
 ``build_demo_lakehouse`` makes the embedded lakehouse in ``./.icegate`` look
 like a busy one left unmaintained: observability tables fed by many small
-appends, an ordinary table, a back-dated orphan from a failed write and a
-fresh unreferenced file that must survive.
+appends, an ordinary table, a back-dated orphan from a failed write, a fresh
+unreferenced file that must survive, and an ingest simulator's WAL files
+waiting for ``logs`` and ``spans``.
 """
 
 from __future__ import annotations
@@ -31,17 +32,19 @@ DEMO_OVERRIDES = {"expire_snapshots": {"retention_threshold": "1s", "retain_last
 
 @dataclass(frozen=True)
 class DemoTable:
-    """How one demo table is fed: ``appends`` commits, one file per partition value each."""
+    """How one demo table is fed: ``appends`` commits, one file per partition value each,
+    then ``wal_files`` WAL files left waiting by the ingest simulator."""
 
     name: str
     appends: int
     partitions: tuple[str, ...]
     rows_per_file: int
+    wal_files: int = 0
 
 
 DEMO_TABLES = (
-    DemoTable("logs", 60, ("api", "auth", "billing", "search", "web"), 40),
-    DemoTable("spans", 40, ("tenant-a", "tenant-b", "tenant-c", "tenant-d"), 40),
+    DemoTable("logs", 60, ("api", "auth", "billing", "search", "web"), 40, wal_files=24),
+    DemoTable("spans", 40, ("tenant-a", "tenant-b", "tenant-c", "tenant-d"), 40, wal_files=12),
     DemoTable("orders", 80, ("",), 25),
 )
 
@@ -112,6 +115,22 @@ def _batch(table: DemoTable, commit: int, rng: random.Random) -> Any:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def simulate_ingest(wal_root: Path, table: DemoTable, rng: random.Random) -> list[Path]:
+    """Write ``table.wal_files`` WAL files the way IceGate's ingest does (tmp name, rename)."""
+    import pyarrow.parquet as pq
+
+    folder = wal_root / DEMO_NAMESPACE / table.name
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for i in range(table.wal_files):
+        target = folder / f"{i:06d}-ingest.parquet"
+        tmp = target.with_suffix(".tmp")
+        pq.write_table(_batch(table, table.appends + i, rng), tmp)
+        tmp.rename(target)
+        written.append(target)
+    return written
+
+
 def _prepare_root(root: Path) -> None:
     if root.exists() and any(root.iterdir()) and not (root / DEMO_MARKER).exists():
         raise IcegateError(
@@ -156,5 +175,6 @@ def build_demo_lakehouse(root: Path) -> IcegateConfig:
         table = _create(catalog, spec)
         for commit in range(spec.appends):
             table.append(_batch(spec, commit, rng))
+        simulate_ingest(root / "wal", spec, rng)
     _plant_leftover_files(catalog)
     return config.with_overrides(**DEMO_OVERRIDES)

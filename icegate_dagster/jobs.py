@@ -1,12 +1,15 @@
-"""The maintenance job and its daily schedule."""
+"""The maintenance job, its daily schedule, and the migration job."""
 
 from collections.abc import Iterator, Sequence
 
 import dagster as dg
+from pydantic import Field
 
 from icegate_dagster.assets import maintained_table, maintenance_log
 from icegate_dagster.assets.maintained_table import TABLES_PER_BACKFILL_RUN
+from icegate_dagster.maintenance.migrate import migrate, target_namespace
 from icegate_dagster.partitions import ICEBERG_TABLES
+from icegate_dagster.resources import LakehouseResource
 
 # Dagster's run tags for a run over a range of partitions.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -54,3 +57,51 @@ def daily_maintenance(
         )
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return batch_run_requests(list(keys), f"daily-{stamp}")
+
+
+class MigrateConfig(dg.Config):
+    """Where to create or evolve IceGate's tables."""
+
+    namespace: str | None = Field(
+        default=None,
+        description="target namespace; default: the first of `namespaces`, else `lakehouse`",
+    )
+
+
+@dg.op(description="Create IceGate's logs/spans/metrics/events tables, or add missing columns.")
+def migrate_tables(
+    context: dg.OpExecutionContext, config: MigrateConfig, lakehouse: LakehouseResource
+) -> None:
+    """Run the migration (pyiceberg only); fail the step if any table failed."""
+    settings = lakehouse.config()
+    namespace = target_namespace(settings.namespaces, config.namespace)
+    results = migrate(lakehouse.catalog(), namespace)
+    for result in results:
+        if result.ok:
+            added = f": added {', '.join(result.added_columns)}" if result.added_columns else ""
+            context.log.info(f"{result.table}: {result.action}{added}")
+        else:
+            context.log.error(f"{result.table}: {result.error}")
+    context.add_output_metadata(
+        {
+            "namespace": namespace,
+            "results": dg.MetadataValue.json([r.as_dict() for r in results]),
+            **{r.table: r.action for r in results},
+        }
+    )
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise dg.Failure(
+            f"{len(failed)} of {len(results)} tables failed to migrate: "
+            + "; ".join(str(r.error) for r in failed)
+        )
+
+
+@dg.job(
+    name="migrate_job",
+    description="Create or evolve IceGate's tables (logs, spans, metrics, events); safe to re-run.",
+    executor_def=dg.in_process_executor,
+)
+def migrate_job() -> None:
+    """The ``migrate`` command as a Dagster job."""
+    migrate_tables()

@@ -24,9 +24,9 @@ def lakehouse_factory(tmp_path: Path) -> Callable[..., Lakehouse]:
     """Make temporary lakehouses: ``lakehouse_factory(maintain={...})``."""
     count = 0
 
-    def make(maintain: dict[str, Any] | None = None) -> Lakehouse:
+    def make(maintain: dict[str, Any] | None = None, wal: bool = False) -> Lakehouse:
         nonlocal count
         count += 1
-        return make_lakehouse(tmp_path / f"lakehouse{count}", maintain)
+        return make_lakehouse(tmp_path / f"lakehouse{count}", maintain, wal=wal)
 
     return make

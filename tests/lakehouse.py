@@ -102,12 +102,34 @@ class Lakehouse:
         table = self.catalog.load_table(TableRef.parse(self.config.log_table).identifier)
         return table.scan().to_arrow().to_pylist()
 
+    def wal_dir(self, key: str) -> Path:
+        """``<wal.root>/<namespace>/<table>`` of ``key`` (created)."""
+        ref = TableRef.parse(key)
+        path = self.root / "wal" / ref.namespace / ref.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_wal(self, key: str, rows: pa.Table, name: str) -> Path:
+        """One WAL Parquet file for ``key``, written the way an ingester would (tmp, rename)."""
+        import pyarrow.parquet as pq
+
+        target = self.wal_dir(key) / name
+        tmp = target.with_suffix(".tmp")
+        pq.write_table(rows, tmp)
+        tmp.rename(target)
+        return target
+
+    def wal_files(self, key: str) -> list[str]:
+        return sorted(p.name for p in self.wal_dir(key).glob("*.parquet"))
+
     def data_file_paths(self, key: str) -> list[Path]:
         files = self.table(key).inspect.files().column("file_path").to_pylist()
         return [Path(p.removeprefix("file://").removeprefix("file:")) for p in files]
 
 
-def make_lakehouse(root: Path, maintain: dict[str, Any] | None = None) -> Lakehouse:
+def make_lakehouse(
+    root: Path, maintain: dict[str, Any] | None = None, wal: bool = False
+) -> Lakehouse:
     """A lakehouse under ``root`` with a config file whose catalog name is unique in the process.
 
     Each lakehouse gets its own catalog name because the suite shares one Spark
@@ -124,6 +146,8 @@ def make_lakehouse(root: Path, maintain: dict[str, Any] | None = None) -> Lakeho
         "spark": {"master": "local[2]"},
         "maintain": maintain or {},
     }
+    if wal:
+        raw["wal"] = {"root": (root / "wal").as_uri()}
     config_path = root / "icegate.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     config = load_config(config_path)

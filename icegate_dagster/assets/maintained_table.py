@@ -1,11 +1,13 @@
 """``maintained_table``: one partition per Iceberg table, each maintenance op a visible step.
 
-The graph runs ``plan`` -> ``optimize`` -> ``rewrite_manifests`` ->
-``expire_snapshots`` -> ``remove_orphan_files`` -> ``retention`` (tables with a
-TTL rule only) -> ``record``. Every step
-handles all tables of the run (a backfill batch holds several), one table at a
-time, so the run shares one Spark session. ``record`` appends the log rows,
-adds each partition's metadata and evaluates each partition's checks.
+The graph runs ``plan`` -> ``wal_compaction`` (where ``wal.root`` is set) ->
+``optimize`` -> ``rewrite_manifests`` -> ``expire_snapshots`` ->
+``remove_orphan_files`` -> ``retention`` (tables with a TTL rule only) ->
+``record``. Every step handles all tables of the run (a backfill batch holds
+several), one table at a time, so the run shares one Spark session. ``record``
+appends the log rows, adds each partition's metadata and evaluates each
+partition's checks. ``plan``'s config ``operations`` limits a run to some steps
+(the WAL sensor runs ``wal_compaction`` only).
 """
 
 import time
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
@@ -48,14 +51,40 @@ class TableRun:
 
 @dataclass
 class MaintenanceBatch:
-    """The tables of one run, passed from step to step."""
+    """The tables of one run, passed from step to step, and the operations it runs."""
 
     tables: list[TableRun]
+    operations: tuple[str, ...] = OPERATIONS
+
+
+class PlanConfig(dg.Config):
+    """Which operations this run performs (default: the full pass)."""
+
+    operations: list[str] | None = Field(
+        default=None,
+        description=f"a subset of {', '.join(OPERATIONS)}; unset runs them all",
+    )
+
+
+def operations_run_config(operations: list[str]) -> dict[str, Any]:
+    """``run_config`` for a run of ``maintained_table`` doing only ``operations``."""
+    return {"ops": {"maintained_table": {"ops": {"plan": {"config": {"operations": operations}}}}}}
 
 
 @dg.op(description="Resolve the run's tables and read their state from Iceberg metadata.")
-def plan(context: dg.OpExecutionContext, lakehouse: LakehouseResource) -> MaintenanceBatch:
+def plan(
+    context: dg.OpExecutionContext, config: PlanConfig, lakehouse: LakehouseResource
+) -> MaintenanceBatch:
     """Every partition of the run becomes a :class:`TableRun`; a bad one fails alone."""
+    unknown = sorted(set(config.operations or ()) - set(OPERATIONS))
+    if unknown:
+        raise dg.Failure(
+            f"plan.config.operations: {', '.join(map(repr, unknown))} "
+            f"is not an operation (known: {', '.join(OPERATIONS)})"
+        )
+    operations = tuple(
+        op for op in OPERATIONS if config.operations is None or op in config.operations
+    )
     maintainer = lakehouse.maintainer(context.run.run_id)
     tables = []
     for key in context.partition_keys:
@@ -72,14 +101,26 @@ def plan(context: dg.OpExecutionContext, lakehouse: LakehouseResource) -> Mainte
             f"{before.snapshots} snapshots, {before.rows} rows"
         )
         tables.append(TableRun(key, ref, before, started))
-    return MaintenanceBatch(tables)
+    if operations != OPERATIONS:
+        context.log.info(f"this run does only: {', '.join(operations)}")
+    return MaintenanceBatch(tables, operations)
+
+
+_STEP_DESCRIPTIONS = {
+    "wal_compaction": "Ingest each table's WAL Parquet files once they reach a threshold (Spark).",
+    "optimize": "Compact small data files with Iceberg's rewrite_data_files (Spark).",
+    "rewrite_manifests": "Cluster manifests by partition with Iceberg's rewrite_manifests (Spark).",
+    "expire_snapshots": "Expire old snapshots with Iceberg's expire_snapshots (Spark).",
+    "remove_orphan_files": "Delete old unreferenced files with remove_orphan_files (Spark).",
+    "retention": "Delete rows past the table's TTL rule, where one is configured (Spark).",
+}
 
 
 def _maintenance_step(operation: str) -> dg.OpDefinition:
     @dg.op(
         name=operation,
         pool=POOL,
-        description=f"Run Iceberg's {operation} on each table of the run (Spark).",
+        description=_STEP_DESCRIPTIONS[operation],
         tags={"icegate/operation": operation},
     )
     def step(
@@ -89,6 +130,8 @@ def _maintenance_step(operation: str) -> dg.OpDefinition:
         batch: MaintenanceBatch,
     ) -> MaintenanceBatch:
         maintainer = lakehouse.maintainer(context.run.run_id, spark)
+        if operation not in batch.operations:
+            return batch
         for table in batch.tables:
             if table.ref is None or operation not in maintainer.operations_for(table.ref):
                 continue
@@ -127,6 +170,7 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         "wal_files_ingested": sum(int(op.output.get("wal_files_ingested", 0)) for op in result.ops),
         "wal_files_count": wal.files,
         "wal_size_bytes": wal.bytes,
+        "wal_files_quarantined": wal.quarantined,
         "orphans_removed": sum(int(op.output.get("orphans_removed", 0)) for op in result.ops),
         "duration_s": round(result.duration_s, 3),
         "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
@@ -208,8 +252,9 @@ def record(
     group_name="iceberg_maintenance",
     kinds={"iceberg", "spark"},
     description=(
-        "Every Iceberg table of the lakehouse, kept healthy: small files compacted, manifests "
-        "rewritten, old snapshots expired, orphaned files removed. One partition per table."
+        "Every Iceberg table of the lakehouse, kept healthy: WAL ingested, small files "
+        "compacted, manifests rewritten, old snapshots expired, orphaned files removed, TTL "
+        "applied. One partition per table."
     ),
 )
 def maintained_table() -> Any:

@@ -68,14 +68,22 @@ def evaluate_health(
             )
         )
 
+    # Quarantined WAL files are rows that will not land until someone looks at them.
     max_files, max_bytes = settings.checks.max_wal_files, settings.checks.max_wal_bytes
+    quarantine_note = (
+        f"; {wal.quarantined} files in quarantine need attention" if wal.quarantined else ""
+    )
     checks.append(
         CheckOutcome(
             "wal_backlog",
-            wal.files <= max_files and wal.bytes <= max_bytes,
+            wal.files <= max_files and wal.bytes <= max_bytes and wal.quarantined == 0,
             f"{wal.files} WAL files, {wal.bytes} bytes waiting "
-            f"(alert above {max_files} files or {max_bytes} bytes)",
-            {"wal_files_count": wal.files, "wal_size_bytes": wal.bytes},
+            f"(alert above {max_files} files or {max_bytes} bytes){quarantine_note}",
+            {
+                "wal_files_count": wal.files,
+                "wal_size_bytes": wal.bytes,
+                "wal_files_quarantined": wal.quarantined,
+            },
         )
     )
 

@@ -28,6 +28,8 @@ from icegate_dagster.maintenance.results import (
     TableStats,
 )
 from icegate_dagster.maintenance.stats import table_stats
+from icegate_dagster.maintenance.wal import compaction_due, wal_stats
+from icegate_dagster.maintenance.wal_compaction import FaultHook, compact_wal, settle_committed
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -56,8 +58,11 @@ class Maintainer:
         catalog: Catalog | None = None,
         spark: SparkProvider | None = None,
         run_id: str | None = None,
+        fault_hook: FaultHook | None = None,
     ) -> None:
         self.config = config
+        #: Test-only: called at each WAL compaction checkpoint (see ``wal_compaction``).
+        self.fault_hook = fault_hook
         self._catalog = catalog
         self._spark_provider = spark
         self._spark: SparkSession | None = None
@@ -114,10 +119,14 @@ class Maintainer:
             ) from None
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
-        """The full pass for ``ref``: ``retention`` only where a TTL rule is configured."""
+        """The full pass for ``ref``: ``wal_compaction`` only where ``wal.root`` is set,
+        ``retention`` only where a TTL rule is configured."""
+        left_out = set()
+        if self.config.wal_root is None:
+            left_out.add("wal_compaction")
         if self.settings(ref).retention is None:
-            return tuple(op for op in OPERATIONS if op != "retention")
-        return OPERATIONS
+            left_out.add("retention")
+        return tuple(op for op in OPERATIONS if op not in left_out)
 
     def settings(self, ref: TableRef) -> TableSettings:
         """The table's effective settings."""
@@ -131,8 +140,13 @@ class Maintainer:
 
     # -- operations ----------------------------------------------------------
 
-    def run_op(self, ref: TableRef, operation: str, *, dry_run: bool = False) -> OpResult:
-        """Run one operation on one table; any failure becomes a ``failed`` result."""
+    def run_op(
+        self, ref: TableRef, operation: str, *, dry_run: bool = False, force: bool = False
+    ) -> OpResult:
+        """Run one operation on one table; any failure becomes a ``failed`` result.
+
+        ``force`` makes ``wal_compaction`` ingest a WAL below its thresholds.
+        """
         if operation not in OPERATIONS:
             raise IcegateError(
                 f"operation {operation!r} is unknown (known: {', '.join(OPERATIONS)})"
@@ -140,7 +154,7 @@ class Maintainer:
         return self._execute(
             ref,
             operation,
-            lambda table, before: self._dispatch(ref, operation, table, before, dry_run),
+            lambda table, before: self._dispatch(ref, operation, table, before, dry_run, force),
         )
 
     def _execute(
@@ -180,10 +194,30 @@ class Maintainer:
         )
 
     def _dispatch(
-        self, ref: TableRef, operation: str, table: Table, before: TableStats, dry_run: bool
+        self,
+        ref: TableRef,
+        operation: str,
+        table: Table,
+        before: TableStats,
+        dry_run: bool,
+        force: bool = False,
     ) -> tuple[Status, str, dict[str, object]]:
         settings = self.settings(ref)
         now = datetime.now(UTC)
+        if operation == "wal_compaction":  # an empty table still takes its WAL
+            if dry_run:
+                return "skipped", self._plan_wal(ref, settings), {}
+            wal = compact_wal(
+                lambda: self.spark,
+                self.config.catalog.name,
+                ref,
+                table,
+                self.config.wal_root,
+                settings.compaction,
+                force=force,
+                fault_hook=self.fault_hook,
+            )
+            return wal.status, wal.details, wal.output
         if table.current_snapshot() is None:
             return "skipped", "table has no snapshot yet: nothing to maintain", {}
         catalog = self.config.catalog.name
@@ -194,7 +228,11 @@ class Maintainer:
         elif operation == "rewrite_manifests":
             outcome = ops.rewrite_manifests(self.spark, catalog, ref)
         elif operation == "expire_snapshots":
+            # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
+            settled = settle_committed(table, self.config.wal_root, ref)
             outcome = ops.expire_snapshots(self.spark, catalog, ref, settings.expire_snapshots, now)
+            if settled:
+                outcome.details += f"; first deleted {settled} WAL files already committed"
         elif operation == "remove_orphan_files":
             outcome = ops.remove_orphan_files(
                 self.spark, catalog, ref, settings.remove_orphan_files, now, dry_run=dry_run
@@ -206,6 +244,16 @@ class Maintainer:
         else:  # run_op validated the name; a new operation must be wired in here
             raise IcegateError(f"operation {operation!r} has no implementation")
         return "completed", outcome.details, outcome.output
+
+    def _plan_wal(self, ref: TableRef, settings: TableSettings) -> str:
+        wal = wal_stats(self.config.wal_root, ref)
+        rule = settings.compaction
+        due = compaction_due(wal.files, wal.bytes, rule)
+        return (
+            f"dry run: {wal.files} WAL files ({wal.bytes} bytes) waiting; "
+            + ("they would be ingested" if due else "below thresholds, nothing would be ingested")
+            + f" (runs at {rule.min_files} files or {rule.min_size_bytes} bytes)"
+        )
 
     @staticmethod
     def _plan(
@@ -235,6 +283,7 @@ class Maintainer:
         *,
         dry_run: bool = False,
         write_log: bool = True,
+        force: bool = False,
     ) -> TableResult:
         """Run ``operations`` (default: the table's full pass) in order, then log every outcome."""
         started = time.monotonic()
@@ -245,7 +294,7 @@ class Maintainer:
         except Exception as exc:
             message = scrub(ops.describe_error(exc), self.config.catalog)
             return TableResult(ref.key, None, None, [], time.monotonic() - started, error=message)
-        results = [self.run_op(ref, name, dry_run=dry_run) for name in operations]
+        results = [self.run_op(ref, name, dry_run=dry_run, force=force) for name in operations]
         table_result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
         if write_log and not dry_run:
             self.write_log(results, table_result)

@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 Status = Literal["completed", "failed", "skipped"]
 
-#: The maintenance operations, in the order a full pass runs them. ``retention`` runs
-#: only on tables with a TTL rule.
+#: The maintenance operations, in the order a full pass runs them. ``wal_compaction``
+#: runs where ``wal.root`` is set, ``retention`` only on tables with a TTL rule.
 OPERATIONS = (
+    "wal_compaction",
     "optimize",
     "rewrite_manifests",
     "expire_snapshots",

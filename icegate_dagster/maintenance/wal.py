@@ -1,10 +1,26 @@
-"""WAL sizing: how many WAL Parquet files wait for a table, read from the file system only."""
+"""The WAL folder of a table: listing, sizing and quarantine, on the file system only (no JVM).
+
+IceGate's ingest lands rows as Parquet files under
+``<wal.root>/<namespace>/<table>/*.parquet``. Only names ending in ``.parquet``
+count, so a writer that writes ``*.tmp`` and renames is never read half-written.
+Files that cannot be ingested are moved to ``<table's WAL folder>/_quarantine/``
+with a ``<file>.reason.txt`` beside each.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from icegate_dagster.config import CompactionSettings
 from icegate_dagster.maintenance.identifiers import TableRef
+
+if TYPE_CHECKING:
+    from pyarrow import fs
+
+QUARANTINE_DIR = "_quarantine"
+REASON_SUFFIX = ".reason.txt"
 
 
 @dataclass(frozen=True)
@@ -13,6 +29,21 @@ class WalStats:
 
     files: int
     bytes: int
+    quarantined: int = 0
+    oldest: str | None = None
+
+
+@dataclass(frozen=True)
+class WalFile:
+    """One WAL Parquet file."""
+
+    name: str
+    #: Path inside the file system (no scheme), for pyarrow.
+    path: str
+    #: Full URI, for Spark.
+    uri: str
+    size: int
+    modified: datetime | None
 
 
 def wal_location(wal_root: str, ref: TableRef) -> str:
@@ -20,13 +51,76 @@ def wal_location(wal_root: str, ref: TableRef) -> str:
     return f"{wal_root.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 
-def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
-    """Count and size the table's ``*.parquet`` WAL files (a missing folder counts as empty)."""
-    if not wal_root:
-        return WalStats(0, 0)
+def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
+    """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
     from pyarrow import fs
 
     filesystem, path = fs.FileSystem.from_uri(wal_location(wal_root, ref))
-    infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
-    files = [i for i in infos if i.type == fs.FileType.File and i.base_name.endswith(".parquet")]
-    return WalStats(len(files), sum(i.size or 0 for i in files))
+    return filesystem, str(path)
+
+
+def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
+    """The table's ``*.parquet`` WAL files, oldest first (a missing folder is empty)."""
+    if not wal_root:
+        return []
+    from pyarrow import fs
+
+    filesystem, folder = wal_filesystem(wal_root, ref)
+    infos = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+    location = wal_location(wal_root, ref)
+    files = [
+        WalFile(
+            name=info.base_name,
+            path=info.path,
+            uri=f"{location}/{info.base_name}",
+            size=info.size or 0,
+            modified=info.mtime.astimezone(UTC) if info.mtime is not None else None,
+        )
+        for info in infos
+        if info.type == fs.FileType.File and info.base_name.endswith(".parquet")
+    ]
+    oldest_first = datetime.min.replace(tzinfo=UTC)
+    return sorted(files, key=lambda f: (f.modified or oldest_first, f.name))
+
+
+def quarantined_files(wal_root: str | None, ref: TableRef) -> list[str]:
+    """Names of the files in the table's quarantine folder (reason files left out)."""
+    if not wal_root:
+        return []
+    from pyarrow import fs
+
+    filesystem, folder = wal_filesystem(wal_root, ref)
+    selector = fs.FileSelector(f"{folder}/{QUARANTINE_DIR}", allow_not_found=True)
+    return sorted(
+        info.base_name
+        for info in filesystem.get_file_info(selector)
+        if info.type == fs.FileType.File and not info.base_name.endswith(REASON_SUFFIX)
+    )
+
+
+def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
+    """Count and size the table's waiting WAL files, and count its quarantined ones."""
+    files = list_wal_files(wal_root, ref)
+    return WalStats(
+        files=len(files),
+        bytes=sum(f.size for f in files),
+        quarantined=len(quarantined_files(wal_root, ref)),
+        oldest=files[0].name if files else None,
+    )
+
+
+def compaction_due(files: int, size: int, settings: CompactionSettings) -> bool:
+    """A WAL is compacted once it reaches ``min_files`` files or ``min_size_bytes`` bytes."""
+    return files > 0 and (files >= settings.min_files or size >= settings.min_size_bytes)
+
+
+def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> str:
+    """Move ``wal_file`` into the quarantine folder with a reason file; return its new path."""
+    filesystem, folder = wal_filesystem(wal_root, ref)
+    target_dir = f"{folder}/{QUARANTINE_DIR}"
+    filesystem.create_dir(target_dir, recursive=True)
+    target = f"{target_dir}/{wal_file.name}"
+    with filesystem.open_output_stream(target + REASON_SUFFIX) as out:
+        out.write(f"{datetime.now(UTC).isoformat()} {wal_file.name}: {reason}\n".encode())
+    filesystem.move(wal_file.path, target)
+    return target

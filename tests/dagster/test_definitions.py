@@ -23,6 +23,8 @@ def test_definitions_load_with_contract_names() -> None:
     assert iceberg_tables.name == "iceberg_tables"
     assert defs.resolve_job_def("maintenance_job") is not None
     assert defs.resolve_sensor_def("iceberg_table_discovery") is not None
+    assert defs.resolve_sensor_def("wal_size_sensor") is not None
+    assert defs.resolve_job_def("migrate_job") is not None
     check_names = {key.name for key in graph.asset_check_keys}
     assert check_names == {
         "rows_preserved",
@@ -42,6 +44,7 @@ def test_maintenance_steps_are_visible_and_pooled() -> None:
     steps = {node.name for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
     assert steps == {
         "plan",
+        "wal_compaction",
         "optimize",
         "rewrite_manifests",
         "expire_snapshots",

@@ -97,6 +97,7 @@ def test_multi_partition_run_maintains_every_table_in_one_session(
     started = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
     assert started == [
         "maintained_table.plan",
+        "maintained_table.wal_compaction",
         "maintained_table.optimize",
         "maintained_table.rewrite_manifests",
         "maintained_table.expire_snapshots",

@@ -98,3 +98,21 @@ def test_demo_prints_before_and_after(
     assert run_cli(["demo", "--root", str(foreign)]) == 1
     assert "refuses to touch" in capsys.readouterr().err
     assert (foreign / "precious").is_dir()
+
+
+def test_migrate_creates_the_icegate_tables_then_changes_nothing(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lh = lakehouse_factory()
+    config = ["--config", str(lh.config_path)]
+
+    assert run_cli(["migrate", *config, "--namespace", "otel"]) == 0
+    first = capsys.readouterr().out
+    assert run_cli(["migrate", *config, "--namespace", "otel", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+
+    for name in ("logs", "spans", "metrics", "events"):
+        assert f"otel.{name}" in first and lh.catalog.table_exists(("otel", name))
+    assert first.count("created") == 4
+    assert [t["action"] for t in second["tables"]] == ["unchanged"] * 4
+    assert run_cli(["migrate", *config, "--namespace", "a.b"]) == 2

@@ -55,8 +55,9 @@ def test_discovery_skips_underscore_tables(full_pass: PassOutcome) -> None:
 
 def test_every_op_completed(full_pass: PassOutcome) -> None:
     for result in full_pass.results.values():
-        # No TTL rule is configured, so no retention op.
-        assert [op.operation for op in result.ops] == [o for o in OPERATIONS if o != "retention"]
+        # No wal.root and no TTL rule are configured, so neither WAL nor retention op.
+        expected = [o for o in OPERATIONS if o not in ("wal_compaction", "retention")]
+        assert [op.operation for op in result.ops] == expected
         assert [op.status for op in result.ops] == ["completed"] * 4, result.as_dict()
 
 

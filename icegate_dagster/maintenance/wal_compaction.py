@@ -1,0 +1,473 @@
+"""WAL -> Iceberg compaction, exactly-once.
+
+One run takes the WAL files present when it starts (later arrivals wait for the
+next run), reads them with Spark, writes them into the table in one append
+(Iceberg's write distribution and ordering sort by the table's partition keys
+and sort order, files near ``target_file_size``) and then deletes them.
+
+Exactly-once rests on the commit itself: the append's snapshot summary records
+the batch's file names and sizes (``icegate.wal-files``). A run first looks for
+WAL files that a snapshot already holds, which only a crash between commit and
+delete can leave behind, and deletes them without ingesting them again. A
+crash before the commit leaves the WAL untouched (and at worst unreferenced
+data files, which orphan removal collects), so the next run ingests it once.
+The record lives as long as its snapshot; WAL compaction runs first in every
+pass, long before ``expire_snapshots`` could remove it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from icegate_dagster.config import CompactionSettings
+from icegate_dagster.errors import OperationError
+from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.results import Status
+from icegate_dagster.maintenance.wal import (
+    WalFile,
+    compaction_due,
+    list_wal_files,
+    quarantine,
+    wal_filesystem,
+    wal_location,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Snapshot summary keys written by every WAL commit.
+BATCH_PROPERTY = "icegate.wal-batch"
+FILES_PROPERTY = "icegate.wal-files"
+
+#: The step boundaries of a compaction, where a crash is survivable by design.
+CHECKPOINTS = ("before_write", "after_commit", "mid_delete", "after_delete")
+#: Test-only: ``ICEGATE_TEST_KILL_AT=after_commit`` SIGKILLs the process at that checkpoint.
+KILL_AT_ENV = "ICEGATE_TEST_KILL_AT"
+
+FaultHook = Callable[[str], None]
+
+
+@dataclass
+class WalCompactionOutcome:
+    """What one compaction did."""
+
+    details: str
+    status: Status = "completed"
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+def _checkpoint(point: str, hook: FaultHook | None) -> None:
+    if hook is not None:
+        hook(point)
+    if os.environ.get(KILL_AT_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def committed_wal_files(table: Table) -> set[tuple[str, int]]:
+    """``(name, size)`` of every WAL file recorded by a snapshot the table still has."""
+    done: set[tuple[str, int]] = set()
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        recorded = summary.get(FILES_PROPERTY) if summary is not None else None
+        if recorded:
+            done.update((str(name), int(size)) for name, size in json.loads(recorded))
+    return done
+
+
+def settle_committed(table: Table, wal_root: str | None, ref: TableRef) -> int:
+    """Delete the WAL files a snapshot of ``table`` already holds; return how many.
+
+    Only a crash between a WAL commit and its deletes leaves such files. Expiry
+    calls this first, so that it never drops the record while its files remain.
+    """
+    if not wal_root:
+        return 0
+    committed = committed_wal_files(table)
+    leftovers = [f for f in list_wal_files(wal_root, ref) if (f.name, f.size) in committed]
+    if not leftovers:
+        return 0
+    filesystem, _folder = wal_filesystem(wal_root, ref)
+    return _delete(filesystem, leftovers, None)
+
+
+# -- schema compatibility (pyarrow footer vs Iceberg schema, no JVM) ----------
+
+
+def _type_problem(arrow_type: pa.DataType, iceberg_type: IcebergType) -> str | None:
+    """Why a WAL column of ``arrow_type`` cannot land in an Iceberg column, or None."""
+    import pyarrow as pa
+    from pyiceberg import types as t
+
+    def ok(condition: bool) -> str | None:
+        return None if condition else f"{arrow_type} cannot be written to {iceberg_type}"
+
+    if isinstance(iceberg_type, t.StringType):
+        return ok(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+    if isinstance(iceberg_type, t.BooleanType):
+        return ok(pa.types.is_boolean(arrow_type))
+    if isinstance(iceberg_type, t.IntegerType):
+        return ok(pa.types.is_integer(arrow_type) and arrow_type.bit_width <= 32)
+    if isinstance(iceberg_type, t.LongType):
+        return ok(pa.types.is_integer(arrow_type) and arrow_type.bit_width <= 64)
+    if isinstance(iceberg_type, t.FloatType):
+        return ok(pa.types.is_float32(arrow_type) or pa.types.is_float16(arrow_type))
+    if isinstance(iceberg_type, t.DoubleType):
+        return ok(pa.types.is_floating(arrow_type))
+    if isinstance(iceberg_type, t.DecimalType):
+        return ok(
+            pa.types.is_decimal(arrow_type)
+            and arrow_type.scale == iceberg_type.scale
+            and arrow_type.precision <= iceberg_type.precision
+        )
+    if isinstance(iceberg_type, t.DateType):
+        return ok(pa.types.is_date(arrow_type))
+    if isinstance(iceberg_type, (t.TimestampType, t.TimestamptzType)):
+        return ok(pa.types.is_timestamp(arrow_type))
+    if isinstance(iceberg_type, (t.BinaryType, t.FixedType, t.UUIDType)):
+        return ok(pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type))
+    if isinstance(iceberg_type, t.ListType):
+        if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
+            return ok(False)
+        return _type_problem(arrow_type.value_type, iceberg_type.element_type)
+    if isinstance(iceberg_type, t.MapType):
+        if not pa.types.is_map(arrow_type):
+            return ok(False)
+        return _type_problem(arrow_type.key_type, iceberg_type.key_type) or _type_problem(
+            arrow_type.item_type, iceberg_type.value_type
+        )
+    if isinstance(iceberg_type, t.StructType):
+        # Spark casts structs by position, so nested fields must match name for name.
+        if not pa.types.is_struct(arrow_type):
+            return ok(False)
+        names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
+        if names != [f.name for f in iceberg_type.fields]:
+            return f"struct fields {names} differ from {[f.name for f in iceberg_type.fields]}"
+        for i, nested in enumerate(iceberg_type.fields):
+            problem = _type_problem(arrow_type.field(i).type, nested.field_type)
+            if problem:
+                return f"{nested.name}: {problem}"
+        return None
+    return ok(False)
+
+
+def schema_problem(file_schema: pa.Schema, table: Table) -> str | None:
+    """Why a WAL file's schema cannot be ingested into ``table``, or None when it can.
+
+    Every WAL column must exist in the table with a type that widens to the
+    table's (a column the table lacks would be dropped silently: refused), and
+    every required table column must be present.
+    """
+    iceberg_schema = table.schema()
+    columns = {f.name: f for f in iceberg_schema.fields}
+    for arrow_field in file_schema:
+        target = columns.get(arrow_field.name)
+        if target is None:
+            return f"column {arrow_field.name!r} is not in the table"
+        problem = _type_problem(arrow_field.type, target.field_type)
+        if problem:
+            return f"column {arrow_field.name!r}: {problem}"
+    missing = [
+        f.name for f in iceberg_schema.fields if f.required and f.name not in file_schema.names
+    ]
+    if missing:
+        return f"required column(s) {', '.join(missing)} missing"
+    return None
+
+
+@dataclass
+class _Inspected:
+    good: list[tuple[WalFile, pa.Schema, int]]
+    bad: list[tuple[WalFile, str]]
+
+
+def _inspect(filesystem: Any, files: list[WalFile], table: Table, full_read: bool) -> _Inspected:
+    """Read each footer (or, with ``full_read``, every page) and check its schema."""
+    import pyarrow.parquet as pq
+
+    result = _Inspected([], [])
+    for wal_file in files:
+        try:
+            with filesystem.open_input_file(wal_file.path) as handle:
+                parquet = pq.ParquetFile(handle)
+                schema = parquet.schema_arrow
+                rows = parquet.metadata.num_rows
+                if full_read:
+                    parquet.read()
+        except Exception as exc:
+            result.bad.append((wal_file, f"unreadable Parquet: {str(exc).splitlines()[0]}"))
+            continue
+        problem = schema_problem(schema, table)
+        if problem:
+            result.bad.append((wal_file, f"schema incompatible with the table: {problem}"))
+        else:
+            result.good.append((wal_file, schema, rows))
+    return result
+
+
+# -- the Spark side ------------------------------------------------------------
+
+
+def _batch_frame(
+    spark: SparkSession, identifier: str, good: list[tuple[WalFile, pa.Schema, int]]
+) -> DataFrame:
+    """All good files as one frame in the table's column order and types."""
+    from functools import reduce
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    target = spark.table(identifier).schema
+    groups: dict[pa.Schema, list[WalFile]] = {}
+    for wal_file, schema, _rows in good:
+        groups.setdefault(schema, []).append(wal_file)
+    frames = []
+    for schema, members in groups.items():
+        frame = spark.read.parquet(*(m.uri for m in members))
+        columns = []
+        for spark_field in target.fields:
+            if spark_field.name not in schema.names:
+                column = F.lit(None).cast(spark_field.dataType)
+            else:
+                arrow_type = schema.field(spark_field.name).type
+                if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns":
+                    # Read as a long (see _nanos_as_long); nanoseconds -> microseconds.
+                    column = F.timestamp_micros(F.floor(F.col(spark_field.name) / 1000))
+                else:
+                    column = F.col(spark_field.name)
+                column = column.cast(spark_field.dataType)
+            columns.append(column.alias(spark_field.name))
+        frames.append(frame.select(*columns))
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+@contextlib.contextmanager
+def _nanos_as_long(spark: SparkSession, needed: bool) -> Iterator[None]:
+    """Spark 3.5 reads nanosecond Parquet timestamps only as longs, behind a legacy flag."""
+    key = "spark.sql.legacy.parquet.nanosAsLong"
+    if not needed:
+        yield
+        return
+    previous = spark.conf.get(key, "false") or "false"
+    spark.conf.set(key, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
+def _append(
+    spark: SparkSession,
+    identifier: str,
+    good: list[tuple[WalFile, pa.Schema, int]],
+    batch_id: str,
+    target_file_size: int,
+) -> None:
+    import pyarrow as pa
+
+    recorded = json.dumps([[f.name, f.size] for f, _schema, _rows in good], separators=(",", ":"))
+    nanos = any(
+        pa.types.is_timestamp(fld.type) and fld.type.unit == "ns"
+        for _f, schema, _rows in good
+        for fld in schema
+    )
+    with _nanos_as_long(spark, nanos):
+        (
+            _batch_frame(spark, identifier, good)
+            .writeTo(identifier)
+            .option(f"snapshot-property.{BATCH_PROPERTY}", batch_id)
+            .option(f"snapshot-property.{FILES_PROPERTY}", recorded)
+            .option("target-file-size-bytes", str(target_file_size))
+            .append()
+        )
+
+
+# -- one run -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _exclusive(wal_root: str, ref: TableRef) -> Iterator[str | None]:
+    """One compaction per table at a time on this host: yields None, or the lock's holder path.
+
+    The lock is ``flock`` on ``_icegate.lock`` in the WAL folder; it dies with its
+    process, so a crashed run never leaves a stale lock. Remote file systems get
+    no lock here; Dagster's one-run-per-partition limit covers them.
+    """
+    filesystem, folder = wal_filesystem(wal_root, ref)
+    if type(filesystem).__name__ != "LocalFileSystem" or not os.path.isdir(folder):
+        yield None
+        return
+    import fcntl
+
+    with open(os.path.join(folder, "_icegate.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield lock.name
+            return
+        try:
+            yield None
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def compact_wal(
+    spark_provider: Callable[[], SparkSession],
+    catalog: str,
+    ref: TableRef,
+    table: Table,
+    wal_root: str | None,
+    settings: CompactionSettings,
+    *,
+    force: bool = False,
+    fault_hook: FaultHook | None = None,
+) -> WalCompactionOutcome:
+    """Ingest the table's WAL files once, if they reach a threshold (or ``force``).
+
+    ``spark_provider`` is only called when there is something to write, so a
+    table below its thresholds never starts a JVM.
+    """
+    if not wal_root:
+        return WalCompactionOutcome("no wal.root configured", status="skipped")
+    with _exclusive(wal_root, ref) as held_by:
+        if held_by is not None:
+            return WalCompactionOutcome(
+                f"another WAL compaction of {ref.key} is running (it holds {held_by}); "
+                "its WAL is left to that run",
+                status="skipped",
+            )
+        # Metadata read before the lock may predate a commit made by the lock's last holder.
+        return _compact_locked(
+            spark_provider, catalog, ref, table.refresh(), wal_root, settings, force, fault_hook
+        )
+
+
+def _delete(filesystem: Any, files: list[WalFile], hook: FaultHook | None) -> int:
+    deleted = 0
+    for wal_file in files:
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(wal_file.path)
+        deleted += 1
+        if deleted == 1 and len(files) > 1:
+            _checkpoint("mid_delete", hook)
+    return deleted
+
+
+def _compact_locked(
+    spark_provider: Callable[[], SparkSession],
+    catalog: str,
+    ref: TableRef,
+    table: Table,
+    wal_root: str,
+    settings: CompactionSettings,
+    force: bool,
+    hook: FaultHook | None,
+) -> WalCompactionOutcome:
+    filesystem, _folder = wal_filesystem(wal_root, ref)
+    # A crash between commit and delete leaves files a snapshot already holds.
+    settled = settle_committed(table, wal_root, ref)
+    pending = list_wal_files(wal_root, ref)
+    output: dict[str, Any] = {
+        "wal_files_ingested": 0,
+        "rows_added": 0,
+        "wal_files_recovered": settled,
+        "quarantined": [],
+    }
+    recovered = f"; deleted {settled} WAL files an earlier commit already holds" if settled else ""
+    pending_bytes = sum(f.size for f in pending)
+    output.update(wal_files_pending=len(pending), wal_bytes_pending=pending_bytes)
+    if not pending:
+        return WalCompactionOutcome(
+            f"no WAL files waiting in {wal_location(wal_root, ref)}{recovered}",
+            status="skipped" if not settled else "completed",
+            output=output,
+        )
+    if not force and not compaction_due(len(pending), pending_bytes, settings):
+        return WalCompactionOutcome(
+            f"WAL below thresholds: {len(pending)} files, {pending_bytes} bytes "
+            f"(runs at {settings.min_files} files or {settings.min_size_bytes} bytes){recovered}",
+            status="skipped" if not settled else "completed",
+            output=output,
+        )
+
+    inspected = _inspect(filesystem, pending, table, full_read=False)
+    quarantined = _quarantine_all(wal_root, ref, inspected.bad)
+    _checkpoint("before_write", hook)
+    batch_id = uuid.uuid4().hex
+    good = inspected.good
+    if good:
+        spark = spark_provider()
+        identifier = ref.spark_identifier(catalog)
+        try:
+            _append(spark, identifier, good, batch_id, settings.target_file_size)
+        except Exception:
+            # A footer can be fine while a page is corrupt: find such files, set them aside, retry.
+            reread = _inspect(filesystem, [f for f, _s, _r in good], table, full_read=True)
+            if not reread.bad:
+                raise
+            quarantined += _quarantine_all(wal_root, ref, reread.bad)
+            good = reread.good
+            if good:
+                _append(spark, identifier, good, batch_id, settings.target_file_size)
+    output["quarantined"] = quarantined
+    if not good:
+        return WalCompactionOutcome(
+            f"nothing ingested: all {len(quarantined)} waiting WAL files were quarantined"
+            f"{recovered}",
+            output=output,
+        )
+    _checkpoint("after_commit", hook)
+
+    snapshot = _batch_snapshot(table, batch_id)
+    expected_rows = sum(rows for _f, _s, rows in good)
+    added = int(snapshot.summary.get("added-records", 0) if snapshot.summary else 0)
+    if added != expected_rows:
+        raise OperationError(
+            f"WAL batch {batch_id} of {ref.key}: snapshot {snapshot.snapshot_id} added "
+            f"{added} rows but the WAL files hold {expected_rows}; they are kept for inspection"
+        )
+    _delete(filesystem, [f for f, _s, _r in good], hook)
+    _checkpoint("after_delete", hook)
+    output.update(
+        wal_files_ingested=len(good),
+        rows_added=added,
+        snapshot_id=snapshot.snapshot_id,
+        batch_id=batch_id,
+        data_files_added=int(snapshot.summary.get("added-data-files", 0)),
+    )
+    note = ""
+    if quarantined:
+        listed = "; ".join(f"{q['file']} ({q['reason']})" for q in quarantined)
+        note = f"; quarantined {len(quarantined)}: {listed}"
+    return WalCompactionOutcome(
+        f"ingested {len(good)} WAL files ({added} rows) in snapshot {snapshot.snapshot_id}, "
+        f"{output['data_files_added']} data files written{note}{recovered}",
+        output=output,
+    )
+
+
+def _quarantine_all(
+    wal_root: str, ref: TableRef, bad: list[tuple[WalFile, str]]
+) -> list[dict[str, str]]:
+    moved = []
+    for wal_file, reason in bad:
+        target = quarantine(wal_root, ref, wal_file, reason)
+        moved.append({"file": wal_file.name, "reason": reason, "moved_to": target})
+    return moved
+
+
+def _batch_snapshot(table: Table, batch_id: str) -> Any:
+    table = table.refresh()
+    for snapshot in reversed(table.metadata.snapshots):
+        if snapshot.summary is not None and snapshot.summary.get(BATCH_PROPERTY) == batch_id:
+            return snapshot
+    raise OperationError(f"the commit of WAL batch {batch_id} is not in the table's history")

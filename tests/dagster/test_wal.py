@@ -1,0 +1,149 @@
+"""WAL in Dagster: the size sensor requests only tables over threshold, once per backlog;
+a run ingests the WAL and reports it as metadata and in the ``wal_backlog`` check."""
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.definitions import defs
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors import wal_size_sensor
+from tests.dagster.conftest import resources_for
+from tests.integration.test_wal_compaction import fill_wal, spark_rows
+from tests.lakehouse import Lakehouse, LakehouseFactory
+
+LOGS, SPANS = "lakehouse.logs", "lakehouse.spans"
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(
+        maintain={"compaction": {"min_files": 4, "min_size_bytes": "1GB"}}, wal=True
+    )
+    lakehouse.add_table(LOGS, appends=2)
+    lakehouse.add_table(SPANS, appends=2)
+    return lakehouse
+
+
+def _tick(lh: Lakehouse, instance: dg.DagsterInstance, cursor: str | None = None) -> Any:
+    context = dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
+    )
+    return wal_size_sensor(context)
+
+
+def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
+    skipped = _tick(lh, instance)
+    assert isinstance(skipped, dg.SkipReason)
+    assert "no WAL over its thresholds" in str(skipped.skip_message)
+
+    fill_wal(lh, files=5)  # logs: over min_files
+    lh.write_wal(SPANS, lh.table(SPANS).scan().to_arrow().slice(0, 3), "only-one.parquet")
+    first = _tick(lh, instance)
+    assert isinstance(first, dg.SensorResult)
+    [request] = first.run_requests or []
+    assert request.partition_key == LOGS
+    assert request.run_config["ops"]["maintained_table"]["ops"]["plan"]["config"] == {
+        "operations": ["wal_compaction"]
+    }
+
+    # More files while that run waits: the same backlog, the same run_key (no duplicate).
+    fill_wal(lh, files=7)
+    again = _tick(lh, instance, first.cursor)
+    assert [r.run_key for r in again.run_requests] == [request.run_key]
+
+    # Once the backlog is ingested, a new one gets a new key.
+    Maintainer(lh.config).maintain_table(TableRef.parse(LOGS), ["wal_compaction"])
+    assert _tick(lh, instance, again.cursor).__class__ is dg.SkipReason
+    lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), "z-1.parquet")
+    for i in range(2, 5):
+        lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), f"z-{i}.parquet")
+    later = _tick(lh, instance, again.cursor)
+    assert [r.partition_key for r in later.run_requests] == [LOGS]
+    assert later.run_requests[0].run_key != request.run_key
+
+
+def test_sensor_run_ingests_the_wal_and_records_it(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
+    before = spark_rows(lh, LOGS)
+    expected = fill_wal(lh, files=5)
+    (lh.wal_dir(LOGS) / "broken.parquet").write_bytes(b"not parquet at all")
+    snapshots_before = len(lh.table(LOGS).metadata.snapshots)
+    [request] = _tick(lh, instance).run_requests
+
+    result = defs.resolve_job_def("maintenance_job").execute_in_process(
+        instance=instance,
+        partition_key=request.partition_key,
+        run_config=request.run_config,
+        tags=request.tags,
+        resources=resources_for(lh),
+    )
+
+    assert result.success
+    assert spark_rows(lh, LOGS) == before + expected
+    assert lh.wal_files(LOGS) == []
+    # Only the WAL step ran: one new snapshot, no compaction or expiry.
+    assert len(lh.table(LOGS).metadata.snapshots) == snapshots_before + 1
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[LOGS]), limit=1
+    ).records[0]
+    assert record.asset_materialization is not None
+    metadata = record.asset_materialization.metadata
+    assert metadata["wal_files_ingested"].value == 5
+    assert metadata["wal_files_quarantined"].value == 1
+    assert metadata["wal_compaction_status"].value == "completed"
+    assert "optimize_status" not in metadata
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks["wal_backlog"].passed is False
+    assert "1 files in quarantine" in str(checks["wal_backlog"].description)
+    assert checks["rows_preserved"].passed is True
+    log = [r for r in lh.log_rows() if r["operation"] == "wal_compaction"]
+    assert "broken.parquet" in log[0]["details"]
+
+
+def test_plan_refuses_an_unknown_operation_by_name(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS])
+    result = defs.resolve_job_def("maintenance_job").execute_in_process(
+        instance=instance,
+        partition_key=LOGS,
+        run_config={
+            "ops": {"maintained_table": {"ops": {"plan": {"config": {"operations": ["vacuum"]}}}}}
+        },
+        resources=resources_for(lh),
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.failure_data_for_node("maintained_table.plan")
+    assert failure is not None and "'vacuum' is not an operation" in str(failure.user_failure_data)
+
+
+def test_migrate_job_creates_evolves_then_changes_nothing(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    job = defs.resolve_job_def("migrate_job")
+    first = job.execute_in_process(instance=instance, resources=resources_for(lh))
+    assert first.success
+    # logs and spans existed with fewer columns: evolved, rows kept; metrics, events created.
+    assert {"trace_id", "service", "body"} <= set(lh.table(LOGS).schema().column_names)
+    assert lh.table(LOGS).scan().count() == 20
+    assert lh.catalog.table_exists(("lakehouse", "metrics"))
+    assert lh.catalog.table_exists(("lakehouse", "events"))
+    locations = {t: lh.table(f"lakehouse.{t}").metadata_location for t in ("logs", "events")}
+
+    second = job.execute_in_process(instance=instance, resources=resources_for(lh))
+
+    assert second.success
+    assert {t: lh.table(f"lakehouse.{t}").metadata_location for t in locations} == locations

@@ -1,0 +1,228 @@
+"""WAL -> Iceberg compaction: thresholds, exactly-once across crashes, quarantine."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from icegate_dagster.cli import run_cli
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.wal_compaction import CHECKPOINTS, FILES_PROPERTY
+from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory
+
+TABLE = "lakehouse.logs"
+WAL_RULES = {"compaction": {"min_files": 4, "min_size_bytes": "100MB"}}
+
+
+def wal_rows(start: int, count: int, service: str = "api") -> pa.Table:
+    """Rows as an ingester writes them, in the table's schema."""
+    base = datetime(2026, 11, 20, tzinfo=UTC)
+    return pa.Table.from_pydict(
+        {
+            "id": list(range(start, start + count)),
+            "service": [service] * count,
+            "timestamp": [base + timedelta(seconds=i) for i in range(start, start + count)],
+            "body": [f"wal row {i}" for i in range(start, start + count)],
+        },
+        schema=SCHEMA.as_arrow(),
+    )
+
+
+def as_rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    """The multiset of rows in the table's column order, as Spark returns them."""
+    return Counter(
+        (r["id"], r["service"], r["timestamp"].replace(tzinfo=None), r["body"])
+        for r in table.to_pylist()
+    )
+
+
+def spark_rows(lh: Lakehouse, key: str) -> Counter[tuple[Any, ...]]:
+    return Counter(
+        (r[0], r[1], r[2].replace(tzinfo=None) if r[2] else None, r[3])
+        for r in lh.rows(key).elements()
+    )
+
+
+def fill_wal(lh: Lakehouse, files: int, rows_per_file: int = 20) -> Counter[tuple[Any, ...]]:
+    """``files`` WAL files over two services; returns the rows they hold."""
+    expected: Counter[tuple[Any, ...]] = Counter()
+    for i in range(files):
+        rows = wal_rows(10_000 + i * rows_per_file, rows_per_file, ("api", "web")[i % 2])
+        lh.write_wal(TABLE, rows, f"wal-{i:04d}.parquet")
+        expected += as_rows(rows)
+    return expected
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lakehouse.add_table(TABLE, appends=2)
+    return lakehouse
+
+
+def test_below_thresholds_nothing_is_ingested(
+    lh: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fill_wal(lh, files=3)
+    snapshots = len(lh.table(TABLE).metadata.snapshots)
+
+    code = run_cli(["compact", "--config", str(lh.config_path), "--table", TABLE, "--json"])
+
+    op = json.loads(capsys.readouterr().out)["tables"][0]["ops"][0]
+    assert code == 0
+    assert (op["operation"], op["status"]) == ("wal_compaction", "skipped")
+    assert "below thresholds: 3 files" in op["details"]
+    assert len(lh.wal_files(TABLE)) == 3
+    assert len(lh.table(TABLE).metadata.snapshots) == snapshots
+
+
+def test_wal_rows_land_once_and_the_files_are_deleted(
+    lh: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old_rows = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=5)
+    # An older ingester: int32 ids, no body column, nanosecond timestamps.
+    legacy = pa.Table.from_pydict(
+        {
+            "id": pa.array([900, 901], pa.int32()),
+            "service": ["api", "api"],
+            "timestamp": pa.array(
+                [datetime(2026, 11, 20, 1, tzinfo=UTC)] * 2, pa.timestamp("ns", tz="UTC")
+            ),
+        }
+    )
+    lh.write_wal(TABLE, legacy, "wal-legacy.parquet")
+    expected[(900, "api", datetime(2026, 11, 20, 1), None)] += 1
+    expected[(901, "api", datetime(2026, 11, 20, 1), None)] += 1
+
+    code = run_cli(["compact", "--config", str(lh.config_path), "--table", TABLE, "--json"])
+
+    op = json.loads(capsys.readouterr().out)["tables"][0]["ops"][0]
+    assert code == 0, op
+    assert op["status"] == "completed", op
+    assert op["output"]["wal_files_ingested"] == 6
+    assert op["output"]["rows_added"] == sum(expected.values())
+    assert spark_rows(lh, TABLE) == old_rows + expected
+    assert lh.wal_files(TABLE) == []
+    current = lh.table(TABLE).current_snapshot()
+    assert current is not None and current.summary is not None
+    recorded = {name for name, _size in json.loads(current.summary[FILES_PROPERTY])}
+    assert recorded == {f"wal-{i:04d}.parquet" for i in range(5)} | {"wal-legacy.parquet"}
+    log = [r for r in lh.log_rows() if r["operation"] == "wal_compaction"]
+    assert [r["status"] for r in log] == ["completed"]
+
+    # A second run finds nothing to do and changes nothing.
+    assert run_cli(["compact", "--config", str(lh.config_path), "--table", TABLE]) == 0
+    assert spark_rows(lh, TABLE) == old_rows + expected
+
+
+def test_files_arriving_during_a_run_wait_for_the_next(lh: Lakehouse) -> None:
+    expected = fill_wal(lh, files=4)
+    late = wal_rows(50_000, 7)
+
+    def ingester_writes_now(point: str) -> None:
+        if point == "before_write":
+            lh.write_wal(TABLE, late, "wal-late.parquet")
+
+    before = spark_rows(lh, TABLE)
+    maintainer = Maintainer(lh.config, fault_hook=ingester_writes_now)
+    result = maintainer.maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+
+    assert result.ok, result.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == ["wal-late.parquet"]
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing after the checkpoint runs, no handler catches it."""
+
+
+@pytest.mark.parametrize("point", CHECKPOINTS)
+def test_a_crash_at_any_step_then_a_rerun_ingests_exactly_once(
+    lh: Lakehouse, point: str
+) -> None:
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=4)
+
+    def crash(at: str) -> None:
+        if at == point:
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        Maintainer(lh.config, fault_hook=crash).maintain_table(
+            TableRef.parse(TABLE), ["wal_compaction"]
+        )
+    rerun = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+
+    assert rerun.ok, rerun.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []
+
+
+def test_corrupt_and_mismatched_wal_files_are_quarantined_and_the_rest_lands(
+    lh: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=4)
+    (lh.wal_dir(TABLE) / "wal-truncated.parquet").write_bytes(b"PAR1 this is not parquet")
+    mismatched = pa.Table.from_pydict(
+        {"id": [1], "service": ["api"], "timestamp": ["yesterday"], "body": ["x"]}
+    )
+    lh.write_wal(TABLE, mismatched, "wal-mismatched.parquet")
+
+    code = run_cli(["compact", "--config", str(lh.config_path), "--table", TABLE, "--json"])
+
+    op = json.loads(capsys.readouterr().out)["tables"][0]["ops"][0]
+    assert code == 0
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []
+    quarantine = lh.wal_dir(TABLE) / "_quarantine"
+    assert sorted(p.name for p in quarantine.glob("*.parquet")) == [
+        "wal-mismatched.parquet",
+        "wal-truncated.parquet",
+    ]
+    reasons = {q["file"]: q["reason"] for q in op["output"]["quarantined"]}
+    assert "unreadable Parquet" in reasons["wal-truncated.parquet"]
+    assert "'timestamp'" in reasons["wal-mismatched.parquet"]
+    assert "wal-truncated.parquet" in op["details"] and "wal-mismatched.parquet" in op["details"]
+    assert "'timestamp'" in (quarantine / "wal-mismatched.parquet.reason.txt").read_text()
+    log = [r for r in lh.log_rows() if r["operation"] == "wal_compaction"]
+    assert "wal-truncated.parquet" in log[0]["details"]
+
+
+def test_expiry_after_a_crash_cannot_drop_the_record_and_cause_duplicates(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory(
+        maintain={**WAL_RULES, "expire_snapshots": {"retention_threshold": "1s"}}, wal=True
+    )
+    lh.add_table(TABLE, appends=2)
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=4)
+
+    def crash(at: str) -> None:
+        if at == "after_commit":
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        Maintainer(lh.config, fault_hook=crash).maintain_table(
+            TableRef.parse(TABLE), ["wal_compaction"]
+        )
+    time.sleep(1.2)  # the WAL commit is now older than the expiry threshold
+    # Snapshot expiry runs before any compaction gets to settle the crash.
+    expiry = Maintainer(lh.config).maintain_table(
+        TableRef.parse(TABLE), ["optimize", "expire_snapshots"]
+    )
+    assert expiry.ok, expiry.as_dict()
+    assert "first deleted 4 WAL files already committed" in expiry.ops[1].details
+    rerun = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+
+    assert rerun.ok
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []

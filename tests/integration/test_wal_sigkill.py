@@ -1,0 +1,96 @@
+"""A real SIGKILL of a running ``icegate-maintain compact``, then a re-run: every row lands once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.wal_compaction import KILL_AT_ENV
+from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
+from tests.lakehouse import Lakehouse, LakehouseFactory
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (the PySpark JVM), read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _compact(lh: Lakehouse, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "icegate_dagster.cli", "compact"]
+        + ["--config", str(lh.config_path), "--table", TABLE],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_gone(pids: list[int], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lakehouse.add_table(TABLE, appends=1)
+    return lakehouse
+
+
+def test_sigkill_between_commit_and_delete_then_rerun(lh: Lakehouse) -> None:
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=6)
+
+    proc = _compact(lh, {KILL_AT_ENV: "after_commit"})
+    proc.wait(timeout=300)
+
+    assert proc.returncode == -signal.SIGKILL
+    assert len(lh.wal_files(TABLE)) == 6  # committed, nothing deleted yet
+    assert spark_rows(lh, TABLE) == before + expected
+    rerun = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+    assert rerun.ok, rerun.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []
+
+
+def test_sigkill_while_spark_writes_then_rerun(lh: Lakehouse) -> None:
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=40, rows_per_file=500)
+    data_dir = lh.data_dir(TABLE)
+    existing = set(data_dir.rglob("*.parquet"))
+
+    proc = _compact(lh)
+    jvm: list[int] = []
+    # Kill as soon as Spark has written its first data file, i.e. mid-write or just after.
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        jvm = jvm or _children(proc.pid)
+        if set(data_dir.rglob("*.parquet")) - existing:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait(timeout=60)
+    _wait_gone(jvm)  # the JVM exits when its Python parent is gone
+
+    assert proc.returncode == -signal.SIGKILL, "the compaction finished before it was killed"
+    rerun = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+    assert rerun.ok, rerun.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []
