@@ -3,14 +3,14 @@
 import dagster as dg
 
 from icegate_dagster.assets import MAINTAINED_TABLE_CHECKS, maintained_table, maintenance_log
-from icegate_dagster.jobs import daily_maintenance, maintenance_job, migrate_job
+from icegate_dagster.jobs import daily_maintenance, maintenance_job, migrate_job, rollback_job
 from icegate_dagster.resources import LakehouseResource, SparkResource
 from icegate_dagster.sensors import iceberg_table_discovery, wal_size_sensor
 
 defs = dg.Definitions(
     assets=[maintained_table, maintenance_log],
     asset_checks=MAINTAINED_TABLE_CHECKS,
-    jobs=[maintenance_job, migrate_job],
+    jobs=[maintenance_job, migrate_job, rollback_job],
     schedules=[daily_maintenance],
     sensors=[iceberg_table_discovery, wal_size_sensor],
     resources={"lakehouse": LakehouseResource(), "spark": SparkResource()},

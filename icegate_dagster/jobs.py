@@ -1,4 +1,4 @@
-"""The maintenance job, its daily schedule, and the migration job."""
+"""The maintenance job, its daily schedule, and the migrate and rollback jobs."""
 
 from collections.abc import Iterator, Sequence
 
@@ -7,9 +7,10 @@ from pydantic import Field
 
 from icegate_dagster.assets import maintained_table, maintenance_log
 from icegate_dagster.assets.maintained_table import TABLES_PER_BACKFILL_RUN
+from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.migrate import migrate, target_namespace
 from icegate_dagster.partitions import ICEBERG_TABLES
-from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.resources import LakehouseResource, SparkResource
 
 # Dagster's run tags for a run over a range of partitions.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -105,3 +106,48 @@ def migrate_tables(
 def migrate_job() -> None:
     """The ``migrate`` command as a Dagster job."""
     migrate_tables()
+
+
+class RollbackConfig(dg.Config):
+    """Which table to roll back, and to which of its snapshots."""
+
+    table: str = Field(description="namespace.table")
+    snapshot_id: int = Field(description="a snapshot id from the table's history")
+
+
+@dg.op(description="Make an earlier snapshot of a table current again (rollback_to_snapshot).")
+def rollback_table(
+    context: dg.OpExecutionContext,
+    config: RollbackConfig,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
+) -> None:
+    """Roll back with Spark, logged like every operation; fail the step if it failed."""
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
+    try:
+        result = maintainer.rollback(maintainer.resolve(config.table), config.snapshot_id)
+    except IcegateError as exc:
+        raise dg.Failure(f"rollback of {config.table!r}: {exc}") from None
+    [op] = result.ops
+    context.add_output_metadata(
+        {
+            "table": result.table,
+            "status": op.status,
+            "details": op.details,
+            "rows_before": result.before.rows if result.before else None,
+            "rows_after": result.after.rows if result.after else None,
+        }
+    )
+    if not result.ok:
+        raise dg.Failure(f"rollback of {result.table} failed: {op.error or result.error}")
+    context.log.info(f"{result.table}: {op.details}")
+
+
+@dg.job(
+    name="rollback_job",
+    description="Roll a table back to one of its snapshots (config: table, snapshot_id); logged.",
+    executor_def=dg.in_process_executor,
+)
+def rollback_job() -> None:
+    """``icegate-maintain rollback`` as a Dagster job."""
+    rollback_table()

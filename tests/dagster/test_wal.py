@@ -128,22 +128,3 @@ def test_plan_refuses_an_unknown_operation_by_name(
     assert not result.success
     failure = result.failure_data_for_node("maintained_table.plan")
     assert failure is not None and "'vacuum' is not an operation" in str(failure.user_failure_data)
-
-
-def test_migrate_job_creates_evolves_then_changes_nothing(
-    lh: Lakehouse, instance: dg.DagsterInstance
-) -> None:
-    job = defs.resolve_job_def("migrate_job")
-    first = job.execute_in_process(instance=instance, resources=resources_for(lh))
-    assert first.success
-    # logs and spans existed with fewer columns: evolved, rows kept; metrics, events created.
-    assert {"trace_id", "service", "body"} <= set(lh.table(LOGS).schema().column_names)
-    assert lh.table(LOGS).scan().count() == 20
-    assert lh.catalog.table_exists(("lakehouse", "metrics"))
-    assert lh.catalog.table_exists(("lakehouse", "events"))
-    locations = {t: lh.table(f"lakehouse.{t}").metadata_location for t in ("logs", "events")}
-
-    second = job.execute_in_process(instance=instance, resources=resources_for(lh))
-
-    assert second.success
-    assert {t: lh.table(f"lakehouse.{t}").metadata_location for t in locations} == locations

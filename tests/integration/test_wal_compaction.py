@@ -144,9 +144,7 @@ class Crash(BaseException):
 
 
 @pytest.mark.parametrize("point", CHECKPOINTS)
-def test_a_crash_at_any_step_then_a_rerun_ingests_exactly_once(
-    lh: Lakehouse, point: str
-) -> None:
+def test_a_crash_at_any_step_then_a_rerun_ingests_exactly_once(lh: Lakehouse, point: str) -> None:
     before = spark_rows(lh, TABLE)
     expected = fill_wal(lh, files=4)
 
