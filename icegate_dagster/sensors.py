@@ -66,9 +66,19 @@ def wal_backlogs(config: IcegateConfig, tables: list[str]) -> dict[str, tuple[Wa
     return backlogs
 
 
-def wal_run_key(table: str, stats: WalStats) -> str:
-    """Stable while the same backlog waits: its oldest file goes only when a run ingests it."""
-    return f"wal:{table}:{stats.oldest}"
+#: Runs that have not finished: while one exists for a backlog, no other is requested.
+UNFINISHED = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+BACKLOG_TAG = "icegate/wal_backlog"
+
+
+def backlog_id(table: str, stats: WalStats) -> str:
+    """Names one backlog: the table and its oldest waiting file, which only an ingest removes."""
+    return hashlib.sha256(f"{table}\n{stats.oldest}".encode()).hexdigest()[:16]
 
 
 @dg.sensor(
@@ -84,11 +94,13 @@ def wal_run_key(table: str, stats: WalStats) -> str:
 def wal_size_sensor(
     context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """One run per table over threshold; its ``run_key`` names the backlog's oldest file.
+    """One run per backlog at a time: none while a run for it is unfinished, a new one after.
 
-    While that file waits (the run is queued, running, or failed), the key stays
-    the same and Dagster launches no duplicate; once a run ingests it, the next
-    backlog has a new oldest file and a new key.
+    A backlog is the table plus its oldest waiting file. Its runs carry the tag
+    ``icegate/wal_backlog``; the ``run_key`` adds how many runs it had, so a run
+    that failed (the backlog is still there) is followed by a new attempt, while
+    repeated ticks during one attempt request the same key and Dagster launches
+    no duplicate.
     """
     config = lakehouse.config()
     if not config.wal_root:
@@ -102,23 +114,33 @@ def wal_size_sensor(
     backlogs = wal_backlogs(config, tables)
     due = {key: stats for key, (stats, is_due) in backlogs.items() if is_due}
     waiting = sum(stats.files for stats, _ in backlogs.values())
-    previous = json.loads(context.cursor) if context.cursor else {}
-    cursor = json.dumps({key: wal_run_key(key, stats) for key, stats in due.items()})
     if not due:
         return dg.SkipReason(
             f"no WAL over its thresholds: {waiting} files waiting across {len(tables)} tables"
         )
-    requests = []
+    requests, busy = [], []
     for key, stats in due.items():
-        run_key = wal_run_key(key, stats)
-        if previous.get(key) != run_key:
-            context.log.info(f"{key}: {stats.files} WAL files, {stats.bytes} bytes: compacting")
+        backlog = backlog_id(key, stats)
+        runs = context.instance.get_runs(filters=dg.RunsFilter(tags={BACKLOG_TAG: backlog}))
+        if any(run.status in UNFINISHED for run in runs):
+            busy.append(key)
+            continue
+        context.log.info(
+            f"{key}: {stats.files} WAL files, {stats.bytes} bytes: compacting"
+            + (f" (attempt {len(runs) + 1})" if runs else "")
+        )
         requests.append(
             dg.RunRequest(
-                run_key=run_key,
+                run_key=f"wal:{key}:{backlog}:{len(runs)}",
                 partition_key=key,
                 run_config=operations_run_config(["wal_compaction"]),
-                tags={"icegate/trigger": "wal_size_sensor"},
+                tags={"icegate/trigger": "wal_size_sensor", BACKLOG_TAG: backlog},
             )
+        )
+    cursor = json.dumps({"due": sorted(due), "busy": busy})
+    if not requests:
+        return dg.SkipReason(
+            f"{len(busy)} tables over their WAL thresholds already have a run in progress: "
+            + ", ".join(busy)
         )
     return dg.SensorResult(run_requests=requests, cursor=cursor)

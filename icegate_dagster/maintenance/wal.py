@@ -2,7 +2,9 @@
 
 IceGate's ingest lands rows as Parquet files under
 ``<wal.root>/<namespace>/<table>/*.parquet``. Only names ending in ``.parquet``
-count, so a writer that writes ``*.tmp`` and renames is never read half-written.
+and not starting with ``_`` or ``.`` count (Spark ignores such names, and they
+are the usual in-progress names), so a writer that writes ``*.tmp`` or
+``.x.parquet`` and renames is never read half-written.
 Files that cannot be ingested are moved to ``<table's WAL folder>/_quarantine/``
 with a ``<file>.reason.txt`` beside each.
 """
@@ -44,6 +46,14 @@ class WalFile:
     uri: str
     size: int
     modified: datetime | None
+    #: Modification time in nanoseconds (0 when the file system has none): with name and
+    #: size, it tells a new file apart from an ingested one that had the same name.
+    modified_ns: int = 0
+
+    @property
+    def identity(self) -> tuple[str, int, int]:
+        """What a WAL commit records of this file."""
+        return (self.name, self.size, self.modified_ns)
 
 
 def wal_location(wal_root: str, ref: TableRef) -> str:
@@ -75,12 +85,18 @@ def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
             uri=f"{location}/{info.base_name}",
             size=info.size or 0,
             modified=info.mtime.astimezone(UTC) if info.mtime is not None else None,
+            modified_ns=info.mtime_ns or 0,
         )
         for info in infos
-        if info.type == fs.FileType.File and info.base_name.endswith(".parquet")
+        if info.type == fs.FileType.File and is_wal_name(info.base_name)
     ]
     oldest_first = datetime.min.replace(tzinfo=UTC)
     return sorted(files, key=lambda f: (f.modified or oldest_first, f.name))
+
+
+def is_wal_name(name: str) -> bool:
+    """``*.parquet``, not hidden (``.``) nor internal (``_``): the names Spark reads too."""
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
 
 
 def quarantined_files(wal_root: str | None, ref: TableRef) -> list[str]:
@@ -116,10 +132,16 @@ def compaction_due(files: int, size: int, settings: CompactionSettings) -> bool:
 
 def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> str:
     """Move ``wal_file`` into the quarantine folder with a reason file; return its new path."""
+    from pyarrow import fs
+
     filesystem, folder = wal_filesystem(wal_root, ref)
     target_dir = f"{folder}/{QUARANTINE_DIR}"
     filesystem.create_dir(target_dir, recursive=True)
     target = f"{target_dir}/{wal_file.name}"
+    if filesystem.get_file_info(target).type != fs.FileType.NotFound:
+        # Never overwrite an earlier quarantined file of the same name.
+        stem = wal_file.name.removesuffix(".parquet")
+        target = f"{target_dir}/{stem}.{datetime.now(UTC):%Y%m%dT%H%M%S%f}.parquet"
     with filesystem.open_output_stream(target + REASON_SUFFIX) as out:
         out.write(f"{datetime.now(UTC).isoformat()} {wal_file.name}: {reason}\n".encode())
     filesystem.move(wal_file.path, target)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import CompactionSettings
 from icegate_dagster.errors import OperationError
-from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
+from icegate_dagster.maintenance.operations import describe_error
 from icegate_dagster.maintenance.results import Status
 from icegate_dagster.maintenance.wal import (
     WalFile,
@@ -73,14 +75,21 @@ def _checkpoint(point: str, hook: FaultHook | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def committed_wal_files(table: Table) -> set[tuple[str, int]]:
-    """``(name, size)`` of every WAL file recorded by a snapshot the table still has."""
-    done: set[tuple[str, int]] = set()
+def committed_wal_files(table: Table) -> set[tuple[str, int, int]]:
+    """``(name, size, mtime_ns)`` of every WAL file recorded by a snapshot the table still has.
+
+    The modification time tells a new file apart from an ingested one of the same name.
+    """
+    done: set[tuple[str, int, int]] = set()
     for snapshot in table.metadata.snapshots:
         summary = snapshot.summary
         recorded = summary.get(FILES_PROPERTY) if summary is not None else None
-        if recorded:
-            done.update((str(name), int(size)) for name, size in json.loads(recorded))
+        if not recorded:
+            continue
+        try:
+            done.update((str(n), int(size), int(ns)) for n, size, ns in json.loads(recorded))
+        except (ValueError, TypeError):  # not ours (or damaged): it records nothing we wrote
+            continue
     return done
 
 
@@ -93,7 +102,7 @@ def settle_committed(table: Table, wal_root: str | None, ref: TableRef) -> int:
     if not wal_root:
         return 0
     committed = committed_wal_files(table)
-    leftovers = [f for f in list_wal_files(wal_root, ref) if (f.name, f.size) in committed]
+    leftovers = [f for f in list_wal_files(wal_root, ref) if f.identity in committed]
     if not leftovers:
         return 0
     filesystem, _folder = wal_filesystem(wal_root, ref)
@@ -111,18 +120,32 @@ def _type_problem(arrow_type: pa.DataType, iceberg_type: IcebergType) -> str | N
     def ok(condition: bool) -> str | None:
         return None if condition else f"{arrow_type} cannot be written to {iceberg_type}"
 
+    if pa.types.is_dictionary(arrow_type):  # dictionary encoding is storage, not type
+        return _type_problem(arrow_type.value_type, iceberg_type)
+
+    def fits(bits: int) -> bool:
+        # An unsigned value needs a strictly wider signed column (Spark would wrap it).
+        if pa.types.is_signed_integer(arrow_type):
+            return bool(arrow_type.bit_width <= bits)
+        return bool(pa.types.is_unsigned_integer(arrow_type) and arrow_type.bit_width < bits)
+
     if isinstance(iceberg_type, t.StringType):
-        return ok(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+        return ok(
+            pa.types.is_string(arrow_type)
+            or pa.types.is_large_string(arrow_type)
+            or pa.types.is_string_view(arrow_type)
+        )
     if isinstance(iceberg_type, t.BooleanType):
         return ok(pa.types.is_boolean(arrow_type))
     if isinstance(iceberg_type, t.IntegerType):
-        return ok(pa.types.is_integer(arrow_type) and arrow_type.bit_width <= 32)
+        return ok(fits(32))
     if isinstance(iceberg_type, t.LongType):
-        return ok(pa.types.is_integer(arrow_type) and arrow_type.bit_width <= 64)
+        return ok(fits(64))
+    # float16 is left out: Spark 3.5 cannot read it.
     if isinstance(iceberg_type, t.FloatType):
-        return ok(pa.types.is_float32(arrow_type) or pa.types.is_float16(arrow_type))
+        return ok(pa.types.is_float32(arrow_type))
     if isinstance(iceberg_type, t.DoubleType):
-        return ok(pa.types.is_floating(arrow_type))
+        return ok(pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type))
     if isinstance(iceberg_type, t.DecimalType):
         return ok(
             pa.types.is_decimal(arrow_type)
@@ -134,9 +157,17 @@ def _type_problem(arrow_type: pa.DataType, iceberg_type: IcebergType) -> str | N
     if isinstance(iceberg_type, (t.TimestampType, t.TimestamptzType)):
         return ok(pa.types.is_timestamp(arrow_type))
     if isinstance(iceberg_type, (t.BinaryType, t.FixedType, t.UUIDType)):
-        return ok(pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type))
+        return ok(
+            pa.types.is_binary(arrow_type)
+            or pa.types.is_large_binary(arrow_type)
+            or pa.types.is_binary_view(arrow_type)
+        )
     if isinstance(iceberg_type, t.ListType):
-        if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
+        if not (
+            pa.types.is_list(arrow_type)
+            or pa.types.is_large_list(arrow_type)
+            or pa.types.is_fixed_size_list(arrow_type)
+        ):
             return ok(False)
         return _type_problem(arrow_type.value_type, iceberg_type.element_type)
     if isinstance(iceberg_type, t.MapType):
@@ -184,68 +215,122 @@ def schema_problem(file_schema: pa.Schema, table: Table) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Good:
+    """A WAL file fit to ingest: its schema, row count and INT64-nanosecond columns."""
+
+    file: WalFile
+    schema: pa.Schema
+    rows: int
+    nanos: frozenset[str]
+
+
 @dataclass
 class _Inspected:
-    good: list[tuple[WalFile, pa.Schema, int]]
+    good: list[_Good]
     bad: list[tuple[WalFile, str]]
 
 
-def _inspect(filesystem: Any, files: list[WalFile], table: Table, full_read: bool) -> _Inspected:
-    """Read each footer (or, with ``full_read``, every page) and check its schema."""
+def _read_footer(filesystem: Any, wal_file: WalFile, full_read: bool) -> tuple[Any, int, set[str]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    with filesystem.open_input_file(wal_file.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        schema = parquet.schema_arrow
+        # INT96 timestamps also look like timestamp[ns] to pyarrow, but Spark reads them
+        # natively; only INT64 nanoseconds need the long path.
+        physical = {
+            parquet.schema.column(i).path: parquet.schema.column(i).physical_type
+            for i in range(len(parquet.schema))
+        }
+        nanos = {
+            f.name
+            for f in schema
+            if pa.types.is_timestamp(f.type)
+            and f.type.unit == "ns"
+            and physical.get(f.name) == "INT64"
+        }
+        if full_read:
+            parquet.read()
+        return schema, parquet.metadata.num_rows, nanos
+
+
+def _inspect(filesystem: Any, files: list[WalFile], table: Table, full_read: bool) -> _Inspected:
+    """Read each footer (or, with ``full_read``, every page) and check its schema.
+
+    A file that is not Parquet goes to ``bad``; an I/O error is retried once
+    before it counts (a flaky store must not quarantine a good file); a file
+    that vanished is left out.
+    """
     result = _Inspected([], [])
     for wal_file in files:
-        try:
-            with filesystem.open_input_file(wal_file.path) as handle:
-                parquet = pq.ParquetFile(handle)
-                schema = parquet.schema_arrow
-                rows = parquet.metadata.num_rows
-                if full_read:
-                    parquet.read()
-        except Exception as exc:
-            result.bad.append((wal_file, f"unreadable Parquet: {str(exc).splitlines()[0]}"))
+        for attempt in (1, 2):
+            try:
+                schema, rows, nanos = _read_footer(filesystem, wal_file, full_read)
+                error = None
+            except FileNotFoundError:
+                error = "vanished"
+            except (ValueError, OSError) as exc:  # ArrowInvalid is a ValueError
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if isinstance(exc, OSError) and attempt == 1:
+                    continue
+            break
+        if error == "vanished":
+            continue
+        if error is not None:
+            result.bad.append((wal_file, f"unreadable Parquet: {error}"))
             continue
         problem = schema_problem(schema, table)
         if problem:
             result.bad.append((wal_file, f"schema incompatible with the table: {problem}"))
         else:
-            result.good.append((wal_file, schema, rows))
+            result.good.append(_Good(wal_file, schema, rows, frozenset(nanos)))
     return result
 
 
 # -- the Spark side ------------------------------------------------------------
 
 
-def _batch_frame(
-    spark: SparkSession, identifier: str, good: list[tuple[WalFile, pa.Schema, int]]
-) -> DataFrame:
+_GLOB_CHARS = re.compile(r"([\\\[\]{}*?])")
+
+
+def spark_path(uri: str) -> str:
+    """``uri`` with Hadoop glob characters escaped, so Spark reads exactly that file."""
+    return _GLOB_CHARS.sub(r"\\\1", uri)
+
+
+def _batch_frame(spark: SparkSession, identifier: str, good: list[_Good]) -> DataFrame:
     """All good files as one frame in the table's column order and types."""
     from functools import reduce
 
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     target = spark.table(identifier).schema
-    groups: dict[pa.Schema, list[WalFile]] = {}
-    for wal_file, schema, _rows in good:
-        groups.setdefault(schema, []).append(wal_file)
+    groups: dict[tuple[pa.Schema, frozenset[str]], list[WalFile]] = {}
+    for item in good:
+        groups.setdefault((item.schema, item.nanos), []).append(item.file)
     frames = []
-    for schema, members in groups.items():
-        frame = spark.read.parquet(*(m.uri for m in members))
+    for (schema, nanos), members in groups.items():
+        # Corrupt or missing files must fail the read, whatever the session says.
+        reader = spark.read.option("ignoreCorruptFiles", "false").option(
+            "ignoreMissingFiles", "false"
+        )
+        frame = reader.parquet(*(spark_path(m.uri) for m in members))
         columns = []
         for spark_field in target.fields:
-            if spark_field.name not in schema.names:
+            name = spark_field.name
+            if name not in schema.names:
                 column = F.lit(None).cast(spark_field.dataType)
+            elif name in nanos:
+                # Read as a long (see _nanos_as_long): floor to microseconds in integers,
+                # since a double cannot hold today's epoch nanoseconds exactly.
+                quoted = quote_identifier(name)
+                micros = F.expr(f"({quoted} - pmod({quoted}, 1000)) div 1000")
+                column = F.timestamp_micros(micros).cast(spark_field.dataType)
             else:
-                arrow_type = schema.field(spark_field.name).type
-                if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns":
-                    # Read as a long (see _nanos_as_long); nanoseconds -> microseconds.
-                    column = F.timestamp_micros(F.floor(F.col(spark_field.name) / 1000))
-                else:
-                    column = F.col(spark_field.name)
-                column = column.cast(spark_field.dataType)
-            columns.append(column.alias(spark_field.name))
+                column = F.col(name).cast(spark_field.dataType)
+            columns.append(column.alias(name))
         frames.append(frame.select(*columns))
     return reduce(lambda a, b: a.unionByName(b), frames)
 
@@ -268,19 +353,12 @@ def _nanos_as_long(spark: SparkSession, needed: bool) -> Iterator[None]:
 def _append(
     spark: SparkSession,
     identifier: str,
-    good: list[tuple[WalFile, pa.Schema, int]],
+    good: list[_Good],
     batch_id: str,
     target_file_size: int,
 ) -> None:
-    import pyarrow as pa
-
-    recorded = json.dumps([[f.name, f.size] for f, _schema, _rows in good], separators=(",", ":"))
-    nanos = any(
-        pa.types.is_timestamp(fld.type) and fld.type.unit == "ns"
-        for _f, schema, _rows in good
-        for fld in schema
-    )
-    with _nanos_as_long(spark, nanos):
+    recorded = json.dumps([list(g.file.identity) for g in good], separators=(",", ":"))
+    with _nanos_as_long(spark, any(g.nanos for g in good)):
         (
             _batch_frame(spark, identifier, good)
             .writeTo(identifier)
@@ -406,18 +484,10 @@ def _compact_locked(
     good = inspected.good
     if good:
         spark = spark_provider()
-        identifier = ref.spark_identifier(catalog)
-        try:
-            _append(spark, identifier, good, batch_id, settings.target_file_size)
-        except Exception:
-            # A footer can be fine while a page is corrupt: find such files, set them aside, retry.
-            reread = _inspect(filesystem, [f for f, _s, _r in good], table, full_read=True)
-            if not reread.bad:
-                raise
-            quarantined += _quarantine_all(wal_root, ref, reread.bad)
-            good = reread.good
-            if good:
-                _append(spark, identifier, good, batch_id, settings.target_file_size)
+        good, unreadable = _write_batch(
+            spark, ref.spark_identifier(catalog), filesystem, table, good, batch_id, settings
+        )
+        quarantined += _quarantine_all(wal_root, ref, unreadable)
     output["quarantined"] = quarantined
     if not good:
         return WalCompactionOutcome(
@@ -427,15 +497,20 @@ def _compact_locked(
         )
     _checkpoint("after_commit", hook)
 
-    snapshot = _batch_snapshot(table, batch_id)
-    expected_rows = sum(rows for _f, _s, rows in good)
+    snapshot = _find_batch_snapshot(table, batch_id)
+    if snapshot is None:
+        raise OperationError(f"the commit of WAL batch {batch_id} is not in the table's history")
+    expected_rows = sum(g.rows for g in good)
     added = int(snapshot.summary.get("added-records", 0) if snapshot.summary else 0)
     if added != expected_rows:
-        raise OperationError(
-            f"WAL batch {batch_id} of {ref.key}: snapshot {snapshot.snapshot_id} added "
-            f"{added} rows but the WAL files hold {expected_rows}; they are kept for inspection"
+        # Never reached in tests; if it is, keep the files out of reach of the settle step.
+        reason = (
+            f"batch {batch_id} (snapshot {snapshot.snapshot_id}) added {added} rows but its "
+            f"files hold {expected_rows}: compare them with the snapshot before re-ingesting"
         )
-    _delete(filesystem, [f for f, _s, _r in good], hook)
+        _quarantine_all(wal_root, ref, [(g.file, reason) for g in good])
+        raise OperationError(f"WAL batch of {ref.key}: {reason}; its files are in quarantine")
+    _delete(filesystem, [g.file for g in good], hook)
     _checkpoint("after_delete", hook)
     output.update(
         wal_files_ingested=len(good),
@@ -465,9 +540,57 @@ def _quarantine_all(
     return moved
 
 
-def _batch_snapshot(table: Table, batch_id: str) -> Any:
+def _find_batch_snapshot(table: Table, batch_id: str) -> Any:
+    """The snapshot that committed ``batch_id``, or None."""
     table = table.refresh()
     for snapshot in reversed(table.metadata.snapshots):
         if snapshot.summary is not None and snapshot.summary.get(BATCH_PROPERTY) == batch_id:
             return snapshot
-    raise OperationError(f"the commit of WAL batch {batch_id} is not in the table's history")
+    return None
+
+
+def _spark_problem(spark: SparkSession, identifier: str, item: _Good) -> str | None:
+    """Why Spark cannot read and convert this one file, or None."""
+    try:
+        with _nanos_as_long(spark, bool(item.nanos)):
+            _batch_frame(spark, identifier, [item]).write.format("noop").mode("overwrite").save()
+    except Exception as exc:
+        return f"Spark cannot read it: {describe_error(exc)}"
+    return None
+
+
+def _write_batch(
+    spark: SparkSession,
+    identifier: str,
+    filesystem: Any,
+    table: Table,
+    good: list[_Good],
+    batch_id: str,
+    settings: CompactionSettings,
+) -> tuple[list[_Good], list[tuple[WalFile, str]]]:
+    """Append ``good`` in one commit; return what was committed and what could not be read.
+
+    When the append fails, each file is read on its own (pyarrow, then Spark):
+    the ones that fail are set aside and the rest is appended once more, unless
+    the first attempt committed after all (a commit whose outcome was unknown).
+    """
+    try:
+        _append(spark, identifier, good, batch_id, settings.target_file_size)
+        return good, []
+    except Exception:
+        if _find_batch_snapshot(table, batch_id) is not None:
+            return good, []
+        reread = _inspect(filesystem, [g.file for g in good], table, full_read=True)
+        unreadable = list(reread.bad)
+        keep = []
+        for item in reread.good:
+            problem = _spark_problem(spark, identifier, item)
+            if problem:
+                unreadable.append((item.file, problem))
+            else:
+                keep.append(item)
+        if not unreadable:
+            raise
+    if keep:
+        _append(spark, identifier, keep, batch_id, settings.target_file_size)
+    return keep, unreadable

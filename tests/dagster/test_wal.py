@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE, operations_run_config
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.partitions import iceberg_tables
@@ -60,6 +60,20 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     fill_wal(lh, files=7)
     again = _tick(lh, instance, first.cursor)
     assert [r.run_key for r in again.run_requests] == [request.run_key]
+
+    # A run for it failed: the backlog is still there, so the next tick tries again.
+    failed = defs.resolve_job_def("maintenance_job").execute_in_process(
+        instance=instance,
+        partition_key=LOGS,
+        run_config=operations_run_config(["no_such_operation"]),
+        tags=request.tags,
+        resources=resources_for(lh),
+        raise_on_error=False,
+    )
+    assert not failed.success
+    retry = _tick(lh, instance, again.cursor)
+    assert [r.partition_key for r in retry.run_requests] == [LOGS]
+    assert retry.run_requests[0].run_key != request.run_key
 
     # Once the backlog is ingested, a new one gets a new key.
     Maintainer(lh.config).maintain_table(TableRef.parse(LOGS), ["wal_compaction"])

@@ -112,7 +112,7 @@ def test_wal_rows_land_once_and_the_files_are_deleted(
     assert lh.wal_files(TABLE) == []
     current = lh.table(TABLE).current_snapshot()
     assert current is not None and current.summary is not None
-    recorded = {name for name, _size in json.loads(current.summary[FILES_PROPERTY])}
+    recorded = {entry[0] for entry in json.loads(current.summary[FILES_PROPERTY])}
     assert recorded == {f"wal-{i:04d}.parquet" for i in range(5)} | {"wal-legacy.parquet"}
     log = [r for r in lh.log_rows() if r["operation"] == "wal_compaction"]
     assert [r["status"] for r in log] == ["completed"]
@@ -224,3 +224,68 @@ def test_expiry_after_a_crash_cannot_drop_the_record_and_cause_duplicates(
     assert rerun.ok
     assert spark_rows(lh, TABLE) == before + expected
     assert lh.wal_files(TABLE) == []
+
+
+def test_file_names_are_taken_literally_and_hidden_names_are_not_wal(lh: Lakehouse) -> None:
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=3)
+    glob_like = wal_rows(60_000, 5)
+    lh.write_wal(TABLE, glob_like, "x[1].parquet")  # a glob pattern to Hadoop, unless escaped
+    lh.write_wal(TABLE, wal_rows(61_000, 5), "x1.parquet")
+    expected += as_rows(glob_like) + as_rows(wal_rows(61_000, 5))
+    for hidden in ("_in-progress.parquet", ".in-progress.parquet"):
+        lh.write_wal(TABLE, wal_rows(62_000, 5), hidden)
+
+    result = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+
+    assert result.ok, result.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    left = sorted(p.name for p in lh.wal_dir(TABLE).iterdir() if p.suffix == ".parquet")
+    assert left == [".in-progress.parquet", "_in-progress.parquet"]
+
+
+def test_a_new_file_reusing_an_ingested_name_is_ingested_too(lh: Lakehouse) -> None:
+    before = spark_rows(lh, TABLE)
+    first, second = wal_rows(70_000, 8), wal_rows(71_000, 8)  # same shape, same size
+    lh.write_wal(TABLE, first, "seg-1.parquet")
+    ref = TableRef.parse(TABLE)
+    assert Maintainer(lh.config).maintain_table(ref, ["wal_compaction"], force=True).ok
+    time.sleep(0.01)
+    reused = lh.write_wal(TABLE, second, "seg-1.parquet")
+    current = lh.table(TABLE).current_snapshot()
+    assert current is not None and current.summary is not None
+    [[name, size, _mtime]] = json.loads(current.summary[FILES_PROPERTY])
+    assert (name, size) == ("seg-1.parquet", reused.stat().st_size)  # name and size alike
+
+    assert Maintainer(lh.config).maintain_table(ref, ["wal_compaction"], force=True).ok
+
+    assert spark_rows(lh, TABLE) == before + as_rows(first) + as_rows(second)
+
+
+def test_wal_types_are_converted_exactly_or_refused(lh: Lakehouse) -> None:
+    before = spark_rows(lh, TABLE)
+    nanos = 1_700_000_000_000_000_999  # .000000999 s: floors to .000000, not .000001
+    exact = pa.Table.from_pydict(
+        {
+            "id": pa.array([1, 2], pa.uint16()),  # fits a long
+            "service": pa.array(["api", "api"]).dictionary_encode(),
+            "timestamp": pa.array([nanos, -999], pa.timestamp("ns", tz="UTC")),
+        }
+    )
+    lh.write_wal(TABLE, exact, "exact.parquet")
+    too_wide = pa.Table.from_pydict({"id": pa.array([2**63 + 5], pa.uint64())})
+    lh.write_wal(TABLE, too_wide, "too-wide.parquet")
+
+    result = Maintainer(lh.config).maintain_table(
+        TableRef.parse(TABLE), ["wal_compaction"], force=True
+    )
+
+    assert result.ok, result.as_dict()
+    landed = spark_rows(lh, TABLE) - before
+    assert sorted(landed) == [
+        (1, "api", datetime(2023, 11, 14, 22, 13, 20), None),
+        (2, "api", datetime(1969, 12, 31, 23, 59, 59, 999999), None),
+    ]
+    [quarantined] = result.ops[0].output["quarantined"]
+    assert quarantined["file"] == "too-wide.parquet"
+    assert "uint64" in quarantined["reason"]
