@@ -29,6 +29,8 @@ EMBEDDED_DIR = ".icegate"
 DEFAULT_CATALOG_NAME = "icegate"
 DEFAULT_LOG_TABLE = "lakehouse._maintenance_log"
 
+#: How long an operation waits for another maintainer to release its table.
+DEFAULT_LOCK_WAIT = timedelta(seconds=30)
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
 
@@ -194,6 +196,8 @@ class IcegateConfig:
     defaults: TableSettings
     table_overrides: Mapping[str, TableSettings]
     source: str
+    #: How long an operation waits for another maintainer's lock on its table before skipping.
+    lock_wait: timedelta = DEFAULT_LOCK_WAIT
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``)."""
@@ -222,11 +226,12 @@ class IcegateConfig:
             defaults=merged(self.defaults),
             table_overrides={k: merged(v) for k, v in self.table_overrides.items()},
             source=self.source,
+            lock_wait=self.lock_wait,
         )
 
 
 _TOP_KEYS = {"catalog", "namespaces", "spark", "wal", "maintain"}
-_MAINTAIN_KEYS = {"log_table", "retention", "tables", *_BLOCKS}
+_MAINTAIN_KEYS = {"log_table", "lock_wait", "retention", "tables", *_BLOCKS}
 _TABLE_OVERRIDE_KEYS = {"retention", *_BLOCKS}
 
 
@@ -404,6 +409,12 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
     _check_keys(maintain, _MAINTAIN_KEYS, "maintain")
     log_table = maintain.get("log_table", DEFAULT_LOG_TABLE)
     _table_key(log_table, "maintain.log_table")
+    lock_wait = DEFAULT_LOCK_WAIT
+    if "lock_wait" in maintain:
+        try:
+            lock_wait = parse_duration(maintain["lock_wait"])
+        except ValueError as exc:
+            raise _fail("maintain.lock_wait", maintain["lock_wait"], str(exc)) from None
 
     block_defaults = {name: _mapping(maintain.get(name), f"maintain.{name}") for name in _BLOCKS}
     defaults = _table_settings(block_defaults, None, "maintain")
@@ -432,6 +443,7 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
         defaults=defaults,
         table_overrides=overrides,
         source=source,
+        lock_wait=lock_wait,
     )
 
 

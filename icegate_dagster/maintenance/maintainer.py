@@ -7,9 +7,10 @@ itself runs on Spark, which is started only when an operation needs it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from icegate_dagster.errors import IcegateError, OperationError, TableNotFoundEr
 from icegate_dagster.maintenance import operations as ops
 from icegate_dagster.maintenance.discovery import discover_tables
 from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.locks import LockHolder, TableLocks, lock_owner
 from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
 from icegate_dagster.maintenance.results import (
     OPERATIONS,
@@ -67,6 +69,8 @@ class Maintainer:
         self._spark_provider = spark
         self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
+        self._locks: TableLocks | None = None
+        self._locks_checked = False
 
     @property
     def catalog(self) -> Catalog:
@@ -155,6 +159,7 @@ class Maintainer:
             ref,
             operation,
             lambda table, before: self._dispatch(ref, operation, table, before, dry_run, force),
+            locked=not dry_run,
         )
 
     def _execute(
@@ -162,8 +167,12 @@ class Maintainer:
         ref: TableRef,
         operation: str,
         action: Callable[[Table, TableStats], tuple[Status, str, dict[str, object]]],
+        *,
+        locked: bool = True,
     ) -> OpResult:
-        """Load the table, run ``action``, and wrap the outcome with stats before and after."""
+        """Take the table's lock, load it, run ``action``, and wrap the outcome with stats
+        before and after. When another maintainer holds the table past ``lock_wait``, the
+        operation is ``skipped`` and says who holds it."""
         started = time.monotonic()
         before: TableStats | None = None
         after: TableStats | None = None
@@ -171,9 +180,19 @@ class Maintainer:
         error: str | None = None
         status: Status
         try:
-            table = self.load(ref)
-            before = self.stats(ref, table)
-            status, details, output = action(table, before)
+            with self._table_lock(ref, locked) as other:
+                table = self.load(ref)
+                before = self.stats(ref, table)
+                if other is None:
+                    status, details, output = action(table, before)
+                else:
+                    status, details = (
+                        "skipped",
+                        (
+                            f"{ref.key} is being maintained by {other.describe()}; "
+                            f"waited {self.config.lock_wait.total_seconds():g}s, left it alone"
+                        ),
+                    )
         except Exception as exc:  # rule: a failing op never stops the others
             error = scrub(ops.describe_error(exc), self.config.catalog)
             status, details = "failed", error
@@ -192,6 +211,22 @@ class Maintainer:
             output=output,
             error=error,
         )
+
+    @property
+    def locks(self) -> TableLocks | None:
+        """The deployment-wide table locks (in the catalog's database), if it has one."""
+        if not self._locks_checked:
+            self._locks = TableLocks.for_catalog(self.catalog)
+            self._locks_checked = True
+        return self._locks
+
+    @contextlib.contextmanager
+    def _table_lock(self, ref: TableRef, locked: bool) -> Iterator[LockHolder | None]:
+        if not locked or self.locks is None:
+            yield None
+            return
+        with self.locks.hold(ref.key, lock_owner(self.run_id), self.config.lock_wait) as other:
+            yield other
 
     def _dispatch(
         self,

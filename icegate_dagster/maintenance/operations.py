@@ -36,10 +36,45 @@ class ProcedureOutcome:
     output: dict[str, Any] = field(default_factory=dict)
 
 
-def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]) -> list[Any]:
+#: Commit conflicts worth retrying: another writer committed first (the procedure
+#: re-reads the table on the next attempt, as the Spark catalog caches nothing).
+#: An unknown commit state is never retried: the commit may have happened.
+_CONFLICTS = ("CommitFailedException", "ValidationException")
+#: Attempts per procedure call, and the backoff between them (seconds).
+COMMIT_ATTEMPTS = 4
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is a commit that lost a race with another writer."""
+    text = describe_error(exc)
+    return any(name in text for name in _CONFLICTS) and "CommitStateUnknown" not in text
+
+
+@dataclass
+class Called:
+    """A procedure's result rows, and how many commit conflicts were retried."""
+
+    rows: list[Any]
+    retries: int
+
+
+def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]) -> Called:
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
     arguments = ", ".join(f"{name} => {value}" for name, value in args.items())
     sql = f"CALL {quote_identifier(catalog)}.system.{procedure}({arguments})"
-    return spark.sql(sql).collect()
+    retrying = Retrying(
+        stop=stop_after_attempt(COMMIT_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.5, max=8),
+        retry=retry_if_exception(is_commit_conflict),
+        reraise=True,
+    )
+    attempts = 0
+    for attempt in retrying:
+        with attempt:
+            attempts += 1
+            rows = spark.sql(sql).collect()
+    return Called(rows, attempts - 1)
 
 
 def _timestamp(moment: datetime) -> str:
@@ -64,6 +99,9 @@ def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
     options = {
         "min-input-files": str(settings.min_input_files),
         "min-file-size-bytes": str(settings.file_size_threshold),
+        # Commit group by group: a conflict with a concurrent writer costs one group's
+        # work, not the whole rewrite's.
+        "partial-progress.enabled": "true",
     }
     if settings.file_size_threshold >= target:
         options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
@@ -84,7 +122,8 @@ def optimize(
                 "set optimize.sort_order (e.g. 'zorder(tenant_id, timestamp)')"
             )
     args["options"] = _options(rewrite_options(settings, table))
-    row = _call(spark, catalog, "rewrite_data_files", args)[0].asDict()
+    called = _call(spark, catalog, "rewrite_data_files", args)
+    row = {**called.rows[0].asDict(), "commit_retries": called.retries}
     return ProcedureOutcome(
         details=(
             f"rewrote {row['rewritten_data_files_count']} data files "
@@ -96,8 +135,8 @@ def optimize(
 
 def rewrite_manifests(spark: SparkSession, catalog: str, ref: TableRef) -> ProcedureOutcome:
     """Cluster manifests by partition with ``rewrite_manifests``."""
-    row = _call(spark, catalog, "rewrite_manifests", {"table": ref.procedure_argument()})[0]
-    out = row.asDict()
+    called = _call(spark, catalog, "rewrite_manifests", {"table": ref.procedure_argument()})
+    out = {**called.rows[0].asDict(), "commit_retries": called.retries}
     return ProcedureOutcome(
         details=(
             f"rewrote {out['rewritten_manifests_count']} manifests "
@@ -124,7 +163,8 @@ def expire_snapshots(
         "older_than": _timestamp(older_than),
         "retain_last": str(settings.retain_last),
     }
-    out = _call(spark, catalog, "expire_snapshots", args)[0].asDict()
+    called = _call(spark, catalog, "expire_snapshots", args)
+    out = {**called.rows[0].asDict(), "commit_retries": called.retries}
     return ProcedureOutcome(
         details=(
             f"expired snapshots older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
@@ -152,7 +192,7 @@ def remove_orphan_files(
         "older_than": _timestamp(older_than),
         "dry_run": "true" if dry else "false",
     }
-    rows = _call(spark, catalog, "remove_orphan_files", args)
+    rows = _call(spark, catalog, "remove_orphan_files", args).rows
     files = sorted(row["orphan_file_location"] for row in rows)
     verb = "would remove" if dry else "removed"
     return ProcedureOutcome(
@@ -192,7 +232,7 @@ def rollback_to_snapshot(
 ) -> ProcedureOutcome:
     """Make ``snapshot_id`` the table's current snapshot again."""
     args = {"table": ref.procedure_argument(), "snapshot_id": str(int(snapshot_id))}
-    out = _call(spark, catalog, "rollback_to_snapshot", args)[0].asDict()
+    out = _call(spark, catalog, "rollback_to_snapshot", args).rows[0].asDict()
     return ProcedureOutcome(
         details=f"rolled back from snapshot {out['previous_snapshot_id']} "
         f"to {out['current_snapshot_id']}",

@@ -1,0 +1,85 @@
+"""One maintainer per table: a lease row in the catalog database that every process shares."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import insert
+
+from icegate_dagster.cli import run_cli
+from icegate_dagster.maintenance.locks import TableLocks
+from tests.lakehouse import Lakehouse, LakehouseFactory
+
+TABLE = "lakehouse.logs"
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(maintain={"lock_wait": "1s"})
+    lakehouse.add_table(TABLE, appends=6)
+    lakehouse.add_table("lakehouse.orders", appends=6)
+    return lakehouse
+
+
+def _locks(lh: Lakehouse) -> TableLocks:
+    locks = TableLocks.for_catalog(lh.catalog)
+    assert locks is not None, "a SQL catalog keeps the locks"
+    return locks
+
+
+def test_a_table_held_by_another_maintainer_is_skipped_and_logged(
+    lh: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = len(lh.data_file_paths(TABLE))
+    other = "other-host:4242:dagster-run-1"
+    with _locks(lh).hold(TABLE, other, timedelta(0)) as blocked:
+        assert blocked is None
+        started = time.monotonic()
+        code = run_cli(["run", "--config", str(lh.config_path), "--json"])
+        waited = time.monotonic() - started
+    report = {t["table"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
+
+    assert code == 0
+    held = report[TABLE]["ops"]
+    assert {op["status"] for op in held} == {"skipped"}
+    assert all(other in op["details"] for op in held)
+    assert len(lh.data_file_paths(TABLE)) == files  # untouched
+    # The other table was maintained meanwhile, and the skips are in the log.
+    assert {op["status"] for op in report["lakehouse.orders"]["ops"]} == {"completed"}
+    skipped = [r for r in lh.log_rows() if r["table_name"] == TABLE]
+    assert skipped and {r["status"] for r in skipped} == {"skipped"}
+    assert waited >= 1  # it waited lock_wait for each op before giving up
+
+    # Released: the next run maintains it.
+    assert run_cli(["optimize", "--config", str(lh.config_path), "--table", TABLE]) == 0
+    assert len(lh.data_file_paths(TABLE)) < files
+
+
+def test_a_dead_holders_lease_runs_out_and_the_table_is_taken_over(lh: Lakehouse) -> None:
+    locks = _locks(lh)
+    with locks.engine.begin() as conn:  # a holder that was SIGKILLed a while ago
+        conn.execute(
+            insert(locks.table).values(
+                table_name=TABLE, owner="gone:1:run", expires_at=time.time() - 1
+            )
+        )
+    assert locks.holder(TABLE) is None
+    files = len(lh.data_file_paths(TABLE))
+
+    assert run_cli(["optimize", "--config", str(lh.config_path), "--table", TABLE]) == 0
+
+    assert len(lh.data_file_paths(TABLE)) < files
+    assert locks.holder(TABLE) is None  # released after the op
+
+
+def test_a_live_lease_is_exclusive_and_renewed(lh: Lakehouse) -> None:
+    locks = TableLocks(_locks(lh).engine, lease=timedelta(seconds=0.6))
+    with locks.hold(TABLE, "me:1:a", timedelta(0)) as mine:
+        assert mine is None
+        time.sleep(1.0)  # longer than the lease: only renewal keeps it ours
+        other = locks.try_acquire(TABLE, "you:2:b")
+        assert other is not None and other.owner == "me:1:a"
+    assert locks.try_acquire(TABLE, "you:2:b") is None
