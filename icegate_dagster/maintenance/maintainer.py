@@ -18,7 +18,11 @@ from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings
 from icegate_dagster.errors import IcegateError, OperationError, TableNotFoundError
 from icegate_dagster.maintenance import operations as ops
-from icegate_dagster.maintenance.discovery import discover_tables
+from icegate_dagster.maintenance.discovery import (
+    discover_tables,
+    overlapping_tables,
+    table_locations,
+)
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.locks import LockHolder, TableLocks, lock_owner
 from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
@@ -71,6 +75,7 @@ class Maintainer:
         self.run_id = run_id or new_run_id()
         self._locks: TableLocks | None = None
         self._locks_checked = False
+        self._locations: dict[str, str] | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -212,6 +217,19 @@ class Maintainer:
             error=error,
         )
 
+    def _refuse_shared_location(self, ref: TableRef, table: Table) -> None:
+        """Orphan removal lists a table's folder: another table's files there would look
+        orphaned to it, so tables whose locations overlap are refused."""
+        if self._locations is None:
+            self._locations = table_locations(self.catalog)
+        shared = overlapping_tables(ref.key, table.location(), self._locations)
+        if shared:
+            raise OperationError(
+                f"refusing remove_orphan_files on {ref.key}: its location {table.location()} "
+                f"overlaps the location of {', '.join(shared)}, whose live files would look "
+                "orphaned; give each table its own folder"
+            )
+
     @property
     def locks(self) -> TableLocks | None:
         """The deployment-wide table locks (in the catalog's database), if it has one."""
@@ -269,6 +287,7 @@ class Maintainer:
             if settled:
                 outcome.details += f"; first deleted {settled} WAL files already committed"
         elif operation == "remove_orphan_files":
+            self._refuse_shared_location(ref, table)
             outcome = ops.remove_orphan_files(
                 self.spark, catalog, ref, settings.remove_orphan_files, now, dry_run=dry_run
             )
