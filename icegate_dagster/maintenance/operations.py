@@ -99,9 +99,9 @@ def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
     options = {
         "min-input-files": str(settings.min_input_files),
         "min-file-size-bytes": str(settings.file_size_threshold),
-        # Commit group by group: a conflict with a concurrent writer costs one group's
-        # work, not the whole rewrite's.
-        "partial-progress.enabled": "true",
+        # Not "partial-progress.enabled": it commits the groups that worked and only logs
+        # the ones that failed (a missing file, say), so the op would report success.
+        # Conflicts with writers are retried instead (see _call).
     }
     if settings.file_size_threshold >= target:
         options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
