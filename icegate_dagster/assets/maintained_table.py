@@ -20,6 +20,7 @@ from pydantic import Field
 
 from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
+from icegate_dagster.maintenance.maintainer import unreadable_result
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
@@ -91,10 +92,21 @@ def plan(
         started = time.monotonic()
         try:
             ref = maintainer.resolve(key)
-            before = maintainer.stats(ref)
         except Exception as exc:  # the table fails alone; the others go on
             context.log.error(f"{key}: {exc}")
             tables.append(TableRun(key, None, None, started, error=str(exc)))
+            continue
+        try:
+            before = maintainer.stats(ref)
+        except Exception as exc:
+            # It exists but cannot be read: its operations fail, and are logged as such.
+            context.log.error(f"{key}: {exc}")
+            failed = [
+                unreadable_result(key, op, str(exc))
+                for op in maintainer.operations_for(ref)
+                if op in operations
+            ]
+            tables.append(TableRun(key, None, None, started, ops=failed, error=str(exc)))
             continue
         context.log.info(
             f"{key}: {before.data_files} data files ({before.small_files} small), "

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings
-from icegate_dagster.errors import IcegateError, OperationError, TableNotFoundError
+from icegate_dagster.errors import (
+    IcegateError,
+    InvalidIdentifierError,
+    OperationError,
+    TableNotFoundError,
+)
 from icegate_dagster.maintenance import operations as ops
 from icegate_dagster.maintenance.discovery import (
     discover_tables,
@@ -43,6 +48,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SparkProvider = Callable[[], "SparkSession"]
+
+
+def unreadable_result(table: str, operation: str, error: str) -> OpResult:
+    """The outcome of an operation on a table whose metadata could not be read."""
+    return OpResult(table, operation, "failed", error, None, None, 0.0, error=error)
 
 
 def new_run_id() -> str:
@@ -111,6 +121,12 @@ class Maintainer:
         """Parse a user-given ``namespace.table`` and check that the table exists."""
         ref = TableRef.parse(name)
         if not self.catalog.table_exists(ref.identifier):
+            parts = tuple(name.split("."))
+            if len(parts) > 2 and self.catalog.table_exists(parts):
+                raise InvalidIdentifierError(
+                    f"table {name!r} is in the nested namespace {'.'.join(parts[:-1])!r}; "
+                    "only one-level namespaces are maintained"
+                )
             raise TableNotFoundError(
                 f"table {ref.key!r} does not exist in catalog {self.config.catalog.name!r}"
             )
@@ -126,6 +142,11 @@ class Maintainer:
             raise TableNotFoundError(
                 f"table {ref.key!r} does not exist in catalog {self.config.catalog.name!r}"
             ) from None
+        except IcegateError:
+            raise
+        except Exception as exc:  # corrupt or unreachable metadata: name the table
+            detail = scrub(ops.describe_error(exc), self.config.catalog)
+            raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
         """The full pass for ``ref``: ``wal_compaction`` only where ``wal.root`` is set,
@@ -346,8 +367,15 @@ class Maintainer:
         try:
             before: TableStats | None = self.stats(ref)
         except Exception as exc:
+            # Rule 1: every outcome reaches the log, a table that cannot be read included.
             message = scrub(ops.describe_error(exc), self.config.catalog)
-            return TableResult(ref.key, None, None, [], time.monotonic() - started, error=message)
+            failed = [unreadable_result(ref.key, name, message) for name in operations]
+            result = TableResult(
+                ref.key, None, None, failed, time.monotonic() - started, error=message
+            )
+            if write_log and not dry_run:
+                self.write_log(failed, result)
+            return result
         results = [self.run_op(ref, name, dry_run=dry_run, force=force) for name in operations]
         table_result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
         if write_log and not dry_run:
