@@ -3,8 +3,9 @@
 Every process that maintains a table (CLI runs, Dagster runs, on any host)
 opens the same catalog, so a row in the catalog's own SQL database is a lock
 they all see. A lock is a lease: its holder renews it in the background while
-it works, and a holder that died (crash, SIGKILL) loses it once the lease runs
-out, so a dead process never blocks a table for long. Catalogs without a SQL
+it works. A holder that died (crash, SIGKILL) loses it at once to a process of
+the same host, which sees that its pid is gone, and otherwise when the lease
+runs out, so a dead process never blocks a table for long. Catalogs without a SQL
 database (REST, Glue, ...) get no lock here; Dagster's pool limit still keeps
 maintenance steps apart there.
 """
@@ -44,6 +45,21 @@ class LockHolder:
 def lock_owner(run_id: str) -> str:
     """This process's identity as a lock holder."""
     return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
+
+
+def holder_is_dead(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:run``) was a process of this host that no longer runs."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
 
 
 class TableLocks:
@@ -103,7 +119,20 @@ class TableLocks:
             ).first()
         if row is None:  # released in between: try once more
             return self.try_acquire(table, owner)
-        return LockHolder(str(row[0]), datetime.fromtimestamp(float(row[1]), UTC))
+        holder = str(row[0])
+        if holder_is_dead(holder):
+            # A process of this host that died holding the lease: no need to wait it out.
+            with self.engine.begin() as conn:
+                taken = conn.execute(
+                    update(locks)
+                    .where(locks.c.table_name == table)
+                    .where(locks.c.owner == holder)
+                    .values(owner=owner, expires_at=expires)
+                )
+            if taken.rowcount == 1:
+                return None
+            return self.try_acquire(table, owner)
+        return LockHolder(holder, datetime.fromtimestamp(float(row[1]), UTC))
 
     def renew(self, table: str, owner: str) -> bool:
         """Extend our lease; False if it is no longer ours."""

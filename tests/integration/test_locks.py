@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import time
 from datetime import timedelta
 
@@ -10,6 +12,7 @@ import pytest
 from sqlalchemy import insert
 
 from icegate_dagster.cli import run_cli
+from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.locks import TableLocks
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
@@ -83,3 +86,23 @@ def test_a_live_lease_is_exclusive_and_renewed(lh: Lakehouse) -> None:
         other = locks.try_acquire(TABLE, "you:2:b")
         assert other is not None and other.owner == "me:1:a"
     assert locks.try_acquire(TABLE, "you:2:b") is None
+
+
+def test_a_holder_killed_on_this_host_is_taken_over_without_waiting(lh: Lakehouse) -> None:
+    dead = subprocess.Popen(["sleep", "0"])  # noqa: S603, S607
+    dead.wait()
+    locks = _locks(lh)
+    with locks.engine.begin() as conn:  # SIGKILLed mid-operation, lease still running
+        conn.execute(
+            insert(locks.table).values(
+                table_name=TABLE,
+                owner=f"{socket.gethostname()}:{dead.pid}:cli-run",
+                expires_at=time.time() + 3600,
+            )
+        )
+    assert locks.holder(TABLE) is not None
+
+    result = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["optimize"])
+
+    assert [op.status for op in result.ops] == ["completed"], result.as_dict()
+    assert locks.holder(TABLE) is None
