@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -27,6 +28,21 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     return lakehouse
 
 
+#: A second maintainer process: takes the table's lease, says so, and keeps it until killed.
+HOLDER = """
+import sys, time
+from datetime import timedelta
+from icegate_dagster.catalog import open_catalog
+from icegate_dagster.config import load_config
+from icegate_dagster.maintenance.locks import TableLocks, lock_owner
+locks = TableLocks.for_catalog(open_catalog(load_config(sys.argv[1]).catalog))
+with locks.hold(sys.argv[2], lock_owner("other-run"), timedelta(0)) as blocked:
+    assert blocked is None
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
 def _locks(lh: Lakehouse) -> TableLocks:
     locks = TableLocks.for_catalog(lh.catalog)
     assert locks is not None, "a SQL catalog keeps the locks"
@@ -37,12 +53,21 @@ def test_a_table_held_by_another_maintainer_is_skipped_and_logged(
     lh: Lakehouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = len(lh.data_file_paths(TABLE))
-    other = "other-host:4242:dagster-run-1"
-    with _locks(lh).hold(TABLE, other, timedelta(0)) as blocked:
-        assert blocked is None
+    # Another maintainer process holds the table (through the same lock code).
+    holder = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", HOLDER, str(lh.config_path), TABLE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    other = f"{socket.gethostname()}:{holder.pid}:other-run"
+    try:
         started = time.monotonic()
         code = run_cli(["run", "--config", str(lh.config_path), "--json"])
         waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
     report = {t["table"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
 
     assert code == 0
