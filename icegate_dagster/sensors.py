@@ -21,6 +21,12 @@ def partition_changes(discovered: list[str], current: list[str]) -> tuple[list[s
     return sorted(found - known), sorted(known - found)
 
 
+def _some(keys: list[str], shown: int = 10) -> str:
+    """A readable list: the first ``shown`` keys, then how many more."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
+
+
 @dg.sensor(
     name="iceberg_table_discovery",
     minimum_interval_seconds=60,
@@ -43,10 +49,10 @@ def iceberg_table_discovery(
         )
     requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added:
-        context.log.info(f"new tables: {', '.join(added)}")
+        context.log.info(f"{len(added)} new tables: {_some(added)}")
         requests.append(iceberg_tables.build_add_request(added))
     if removed:
-        context.log.info(f"tables gone from the catalog: {', '.join(removed)}")
+        context.log.info(f"{len(removed)} tables gone from the catalog: {_some(removed)}")
         requests.append(iceberg_tables.build_delete_request(removed))
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
 

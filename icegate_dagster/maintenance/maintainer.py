@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
-from icegate_dagster.config import IcegateConfig, TableSettings
+from icegate_dagster.config import IcegateConfig, TableSettings, format_duration
 from icegate_dagster.errors import (
     IcegateError,
     InvalidIdentifierError,
@@ -86,6 +86,7 @@ class Maintainer:
         self._locks: TableLocks | None = None
         self._locks_checked = False
         self._locations: dict[str, str] | None = None
+        self._stats_cache: dict[tuple[str, str], TableStats] = {}
 
     @property
     def catalog(self) -> Catalog:
@@ -165,8 +166,16 @@ class Maintainer:
     def stats(self, ref: TableRef, table: Table | None = None) -> TableStats:
         """Files, bytes, small files, snapshots, rows and manifests of a table."""
         table = table if table is not None else self.load(ref)
-        optimize = self.settings(ref).optimize
-        return table_stats(table, optimize.file_size_threshold, optimize.min_input_files)
+        # One metadata file, one answer: stats are read once per table version.
+        key = (ref.key, table.metadata_location)
+        cached = self._stats_cache.get(key)
+        if cached is None:
+            optimize = self.settings(ref).optimize
+            cached = table_stats(table, optimize.file_size_threshold, optimize.min_input_files)
+            if len(self._stats_cache) > 512:
+                self._stats_cache.clear()
+            self._stats_cache[key] = cached
+        return cached
 
     # -- operations ----------------------------------------------------------
 
@@ -297,13 +306,27 @@ class Maintainer:
         catalog = self.config.catalog.name
         if dry_run and operation != "remove_orphan_files":
             return "skipped", self._plan(operation, table, settings, before, now), {}
+        # Planned from metadata: an operation with nothing to do starts no Spark job.
         if operation == "optimize":
+            if before.compactable_files == 0 and before.delete_files == 0:
+                return "skipped", "nothing to compact: " + self._plan_optimize(settings, before), {}
             outcome = ops.optimize(self.spark, catalog, ref, settings.optimize, table)
         elif operation == "rewrite_manifests":
+            if before.manifests <= 1:
+                return "skipped", f"nothing to rewrite: {before.manifests} manifest", {}
             outcome = ops.rewrite_manifests(self.spark, catalog, ref)
         elif operation == "expire_snapshots":
             # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
             settled = settle_committed(table, self.config.wal_root, ref)
+            rule = settings.expire_snapshots
+            if ops.expirable_snapshots(table, rule, now) == 0:
+                age = format_duration(rule.retention_threshold)
+                return (
+                    "skipped",
+                    f"nothing to expire: no snapshot older than {age} beyond the last "
+                    f"{rule.retain_last} and the branch and tag heads",
+                    {"wal_files_settled": settled},
+                )
             outcome = ops.expire_snapshots(self.spark, catalog, ref, settings.expire_snapshots, now)
             if settled:
                 outcome.details += f"; first deleted {settled} WAL files already committed"
@@ -331,16 +354,20 @@ class Maintainer:
         )
 
     @staticmethod
+    def _plan_optimize(settings: TableSettings, before: TableStats) -> str:
+        return (
+            f"{before.compactable_files} small files would be rewritten "
+            f"({before.small_files} of {before.data_files} data files are under "
+            f"{settings.optimize.file_size_threshold} bytes; a partition needs "
+            f"{settings.optimize.min_input_files} of them)"
+        )
+
+    @staticmethod
     def _plan(
         operation: str, table: Table, settings: TableSettings, before: TableStats, now: datetime
     ) -> str:
         if operation == "optimize":
-            return (
-                f"dry run: {before.compactable_files} small files would be rewritten "
-                f"({before.small_files} of {before.data_files} data files are under "
-                f"{settings.optimize.file_size_threshold} bytes; a partition needs "
-                f"{settings.optimize.min_input_files} of them)"
-            )
+            return "dry run: " + Maintainer._plan_optimize(settings, before)
         if operation == "expire_snapshots":
             count = ops.expirable_snapshots(table, settings.expire_snapshots, now)
             return f"dry run: {count} of {before.snapshots} snapshots would expire"

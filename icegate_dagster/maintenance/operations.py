@@ -7,6 +7,7 @@ summary. Errors propagate; the runner turns them into failed results.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -52,10 +53,16 @@ def is_commit_conflict(exc: BaseException) -> bool:
 
 @dataclass
 class Called:
-    """A procedure's result rows, and how many commit conflicts were retried."""
+    """A procedure's result rows, how many commit conflicts were retried, and its time."""
 
     rows: list[Any]
     retries: int
+    seconds: float = 0.0
+
+    def output(self) -> dict[str, Any]:
+        """The first row, plus the retries and the time spent in Spark."""
+        first = self.rows[0].asDict() if self.rows else {}
+        return {**first, "commit_retries": self.retries, "procedure_s": round(self.seconds, 3)}
 
 
 def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]) -> Called:
@@ -70,11 +77,12 @@ def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str
         reraise=True,
     )
     attempts = 0
+    started = time.perf_counter()
     for attempt in retrying:
         with attempt:
             attempts += 1
             rows = spark.sql(sql).collect()
-    return Called(rows, attempts - 1)
+    return Called(rows, attempts - 1, time.perf_counter() - started)
 
 
 def _timestamp(moment: datetime) -> str:
@@ -123,7 +131,7 @@ def optimize(
             )
     args["options"] = _options(rewrite_options(settings, table))
     called = _call(spark, catalog, "rewrite_data_files", args)
-    row = {**called.rows[0].asDict(), "commit_retries": called.retries}
+    row = called.output()
     return ProcedureOutcome(
         details=(
             f"rewrote {row['rewritten_data_files_count']} data files "
@@ -136,7 +144,7 @@ def optimize(
 def rewrite_manifests(spark: SparkSession, catalog: str, ref: TableRef) -> ProcedureOutcome:
     """Cluster manifests by partition with ``rewrite_manifests``."""
     called = _call(spark, catalog, "rewrite_manifests", {"table": ref.procedure_argument()})
-    out = {**called.rows[0].asDict(), "commit_retries": called.retries}
+    out = called.output()
     return ProcedureOutcome(
         details=(
             f"rewrote {out['rewritten_manifests_count']} manifests "
@@ -164,7 +172,7 @@ def expire_snapshots(
         "retain_last": str(settings.retain_last),
     }
     called = _call(spark, catalog, "expire_snapshots", args)
-    out = {**called.rows[0].asDict(), "commit_retries": called.retries}
+    out = called.output()
     return ProcedureOutcome(
         details=(
             f"expired snapshots older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
@@ -192,7 +200,8 @@ def remove_orphan_files(
         "older_than": _timestamp(older_than),
         "dry_run": "true" if dry else "false",
     }
-    rows = _call(spark, catalog, "remove_orphan_files", args).rows
+    called = _call(spark, catalog, "remove_orphan_files", args)
+    rows = called.rows
     files = sorted(row["orphan_file_location"] for row in rows)
     verb = "would remove" if dry else "removed"
     return ProcedureOutcome(
@@ -200,7 +209,12 @@ def remove_orphan_files(
             f"{verb} {len(files)} orphan files older than "
             f"{older_than:%Y-%m-%d %H:%M:%S} UTC" + (" (dry run)" if dry else "")
         ),
-        output={"orphan_files": files, "orphans_removed": 0 if dry else len(files), "dry_run": dry},
+        output={
+            "orphan_files": files,
+            "orphans_removed": 0 if dry else len(files),
+            "dry_run": dry,
+            "procedure_s": round(called.seconds, 3),
+        },
     )
 
 
