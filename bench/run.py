@@ -155,8 +155,18 @@ def bench_full_pass(work: Path) -> list[Figure]:
     hand_s, _ = timed(by_hand)
     ours_s, results = timed(lambda: maintainer.maintain([TableRef.parse(k) for k in ours_keys]))
     assert all(r.ok for r in results), [r.as_dict() for r in results if not r.ok]
-    procedure_s = sum(float(op.output.get("procedure_s", 0.0)) for r in results for op in r.ops)
-    overhead = (ours_s - procedure_s) / len(ours_keys)
+
+    # Overhead is measured one table at a time, on a third copy, so that time spent in
+    # Spark procedures is not overlapped by other tables'.
+    seq_cfg = make_lakehouse(work / "sequential", "bench_seq")
+    seq_keys = small_file_tables(seq_cfg, 12, 25, 200)
+    get_spark(seq_cfg)
+    sequential = Maintainer(seq_cfg, spark=lambda: spark)
+    seq_s, seq_results = timed(
+        lambda: sequential.maintain([TableRef.parse(k) for k in seq_keys], parallel=1)
+    )
+    procedure_s = sum(float(op.output.get("procedure_s", 0.0)) for r in seq_results for op in r.ops)
+    overhead = (seq_s - procedure_s) / len(seq_keys)
     return [
         Figure(
             "full_pass",
@@ -165,7 +175,7 @@ def bench_full_pass(work: Path) -> list[Figure]:
             "s",
             "<= 0.5x",
             ours_s <= 0.5 * hand_s,
-            f"12 tables x 25 files; driver peak RSS {peak_rss_mb():.0f} MB",
+            f"12 tables x 25 files, 4 at a time; driver peak RSS {peak_rss_mb():.0f} MB",
         ),
         Figure(
             "per_table_overhead",
@@ -174,7 +184,7 @@ def bench_full_pass(work: Path) -> list[Figure]:
             "s",
             "<= 0.3 s",
             overhead <= 0.3,
-            f"pass {ours_s:.1f}s minus Spark procedures {procedure_s:.1f}s, per table",
+            f"one table at a time: {seq_s:.1f}s minus Spark procedures {procedure_s:.1f}s, / 12",
         ),
     ]
 

@@ -195,15 +195,18 @@ def _maintain(
     dry_run: bool,
     force: bool = False,
 ) -> list[TableResult]:
-    results = []
-    for target in _targets(maintainer, names):
-        if isinstance(target, TableResult):
-            results.append(target)
-        else:
-            results.append(
-                maintainer.maintain_table(target, operations, dry_run=dry_run, force=force)
-            )
-    return results
+    targets = _targets(maintainer, names)
+    if force:
+        return [
+            t
+            if isinstance(t, TableResult)
+            else maintainer.maintain_table(t, operations, force=True)
+            for t in targets
+        ]
+    # The tables run side by side (maintain.parallel_tables); the report keeps their order.
+    refs = [t for t in targets if isinstance(t, TableRef)]
+    done = iter(maintainer.maintain(refs, operations, dry_run=dry_run))
+    return [t if isinstance(t, TableResult) else next(done) for t in targets]
 
 
 def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int:

@@ -31,6 +31,9 @@ DEFAULT_LOG_TABLE = "lakehouse._maintenance_log"
 
 #: How long an operation waits for another maintainer to release its table.
 DEFAULT_LOCK_WAIT = timedelta(seconds=30)
+#: Tables maintained at once: Spark procedures spend much of their time in the driver
+#: (planning, commits), so a few tables side by side keep the executors busy.
+DEFAULT_PARALLEL_TABLES = 4
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
 
@@ -198,6 +201,8 @@ class IcegateConfig:
     source: str
     #: How long an operation waits for another maintainer's lock on its table before skipping.
     lock_wait: timedelta = DEFAULT_LOCK_WAIT
+    #: How many tables a pass maintains at once, sharing one Spark session.
+    parallel_tables: int = DEFAULT_PARALLEL_TABLES
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``)."""
@@ -227,11 +232,12 @@ class IcegateConfig:
             table_overrides={k: merged(v) for k, v in self.table_overrides.items()},
             source=self.source,
             lock_wait=self.lock_wait,
+            parallel_tables=self.parallel_tables,
         )
 
 
 _TOP_KEYS = {"catalog", "namespaces", "spark", "wal", "maintain"}
-_MAINTAIN_KEYS = {"log_table", "lock_wait", "retention", "tables", *_BLOCKS}
+_MAINTAIN_KEYS = {"log_table", "lock_wait", "parallel_tables", "retention", "tables", *_BLOCKS}
 _TABLE_OVERRIDE_KEYS = {"retention", *_BLOCKS}
 
 
@@ -415,6 +421,11 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
             lock_wait = parse_duration(maintain["lock_wait"])
         except ValueError as exc:
             raise _fail("maintain.lock_wait", maintain["lock_wait"], str(exc)) from None
+    parallel_tables = maintain.get("parallel_tables", DEFAULT_PARALLEL_TABLES)
+    if isinstance(parallel_tables, bool) or not isinstance(parallel_tables, int):
+        raise _fail("maintain.parallel_tables", parallel_tables, "must be a whole number")
+    if not 1 <= parallel_tables <= 64:
+        raise _fail("maintain.parallel_tables", parallel_tables, "must be between 1 and 64")
 
     block_defaults = {name: _mapping(maintain.get(name), f"maintain.{name}") for name in _BLOCKS}
     defaults = _table_settings(block_defaults, None, "maintain")
@@ -444,6 +455,7 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
         table_overrides=overrides,
         source=source,
         lock_wait=lock_wait,
+        parallel_tables=parallel_tables,
     )
 
 

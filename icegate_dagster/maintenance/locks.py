@@ -78,7 +78,14 @@ class TableLocks:
             Column("owner", String(512), nullable=False),
             Column("expires_at", Float, nullable=False),
         )
-        metadata.create_all(engine, checkfirst=True)
+        try:
+            metadata.create_all(engine, checkfirst=True)
+        except Exception:
+            # Another process created it between the check and the create: fine if it exists.
+            from sqlalchemy import inspect
+
+            if not inspect(engine).has_table(LOCK_TABLE):
+                raise
 
     @classmethod
     def for_catalog(cls, catalog: Catalog, lease: timedelta = DEFAULT_LEASE) -> TableLocks | None:

@@ -49,8 +49,18 @@ def log_schema() -> Any:
 
 
 def ensure_log_table(catalog: Catalog, ref: TableRef) -> None:
-    """Create the log table (and its namespace) if missing."""
-    catalog.create_namespace_if_not_exists(ref.namespace)
+    """Create the log table (and its namespace) if missing.
+
+    Another maintainer may create them at the same moment: losing that race is fine.
+    """
+    for _attempt in range(3):
+        try:
+            catalog.create_namespace_if_not_exists(ref.namespace)
+            catalog.create_table_if_not_exists(ref.identifier, schema=log_schema())
+            return
+        except Exception:
+            if catalog.table_exists(ref.identifier):
+                return
     catalog.create_table_if_not_exists(ref.identifier, schema=log_schema())
 
 

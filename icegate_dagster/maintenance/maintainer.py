@@ -8,6 +8,7 @@ itself runs on Spark, which is started only when an operation needs it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -87,6 +88,8 @@ class Maintainer:
         self._locks_checked = False
         self._locations: dict[str, str] | None = None
         self._stats_cache: dict[tuple[str, str], TableStats] = {}
+        self._init_lock = threading.Lock()
+        self._log_ready = False
 
     @property
     def catalog(self) -> Catalog:
@@ -250,8 +253,9 @@ class Maintainer:
     def _refuse_shared_location(self, ref: TableRef, table: Table) -> None:
         """Orphan removal lists a table's folder: another table's files there would look
         orphaned to it, so tables whose locations overlap are refused."""
-        if self._locations is None:
-            self._locations = table_locations(self.catalog)
+        with self._init_lock:
+            if self._locations is None:
+                self._locations = table_locations(self.catalog)
         shared = overlapping_tables(ref.key, table.location(), self._locations)
         if shared:
             raise OperationError(
@@ -263,9 +267,10 @@ class Maintainer:
     @property
     def locks(self) -> TableLocks | None:
         """The deployment-wide table locks (in the catalog's database), if it has one."""
-        if not self._locks_checked:
-            self._locks = TableLocks.for_catalog(self.catalog)
-            self._locks_checked = True
+        with self._init_lock:  # tables maintained in parallel share one lock table
+            if not self._locks_checked:
+                self._locks = TableLocks.for_catalog(self.catalog)
+                self._locks_checked = True
         return self._locks
 
     @contextlib.contextmanager
@@ -416,15 +421,33 @@ class Maintainer:
         *,
         dry_run: bool = False,
         on_table: Callable[[TableResult], None] | None = None,
+        parallel: int | None = None,
     ) -> list[TableResult]:
-        """Maintain each table in turn; a failing table never stops the others."""
-        results = []
-        for ref in refs:
-            result = self.maintain_table(ref, operations, dry_run=dry_run)
-            results.append(result)
-            if on_table is not None:
-                on_table(result)
-        return results
+        """Maintain the tables, ``parallel`` at a time (default ``maintain.parallel_tables``)
+        in one Spark session; a failing table never stops the others. Results keep the
+        order of ``refs``; ``on_table`` is called as each table finishes."""
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        refs = list(refs)
+        workers = max(1, min(parallel or self.config.parallel_tables, len(refs)))
+        if workers == 1:
+            results = []
+            for ref in refs:
+                results.append(self.maintain_table(ref, operations, dry_run=dry_run))
+                if on_table is not None:
+                    on_table(results[-1])
+            return results
+        done: dict[int, TableResult] = {}
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maintain") as pool:
+            futures = {
+                pool.submit(self.maintain_table, ref, operations, dry_run=dry_run): i
+                for i, ref in enumerate(refs)
+            }
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                if on_table is not None:
+                    on_table(done[futures[future]])
+        return [done[i] for i in range(len(refs))]
 
     def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
         """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""
@@ -450,7 +473,10 @@ class Maintainer:
         if not results:
             return
         try:
-            ensure_log_table(self.catalog, self.log_table)
+            with self._init_lock:
+                if not self._log_ready:
+                    ensure_log_table(self.catalog, self.log_table)
+                    self._log_ready = True
             rows = [log_row(r, self.run_id) for r in results]
             append_log_rows(self.spark, self.config.catalog.name, self.log_table, rows)
         except Exception as exc:
