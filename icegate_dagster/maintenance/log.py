@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.maintenance.identifiers import TableRef
@@ -80,7 +80,7 @@ def log_row(result: OpResult, run_id: str, executed_at: datetime | None = None) 
         "bytes_after": after.data_bytes if after else None,
         "duration_ms": int(round(result.duration_s * 1000)),
         "run_id": run_id,
-        "executed_at": executed_at or datetime.now(UTC),
+        "executed_at": executed_at or result.finished_at,
     }
 
 

@@ -32,6 +32,7 @@ from icegate_dagster.maintenance.discovery import (
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.locks import LockHolder, TableLocks, lock_owner
 from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
+from icegate_dagster.maintenance.orphans import orphan_candidates
 from icegate_dagster.maintenance.results import (
     OPERATIONS,
     OpResult,
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SparkProvider = Callable[[], "SparkSession"]
+
+
+#: Tables whose log rows a pass writes together (a crash loses at most these rows).
+LOG_BATCH_TABLES = 25
 
 
 def unreadable_result(table: str, operation: str, error: str) -> OpResult:
@@ -337,6 +342,14 @@ class Maintainer:
                 outcome.details += f"; first deleted {settled} WAL files already committed"
         elif operation == "remove_orphan_files":
             self._refuse_shared_location(ref, table)
+            older_than = now - settings.remove_orphan_files.retention_threshold
+            if orphan_candidates(table, older_than) == []:
+                return (
+                    "skipped",
+                    f"no unreferenced file older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
+                    "in the table's folder",
+                    {"orphan_files": [], "orphans_removed": 0},
+                )
             outcome = ops.remove_orphan_files(
                 self.spark, catalog, ref, settings.remove_orphan_files, now, dry_run=dry_run
             )
@@ -430,24 +443,49 @@ class Maintainer:
 
         refs = list(refs)
         workers = max(1, min(parallel or self.config.parallel_tables, len(refs)))
-        if workers == 1:
-            results = []
-            for ref in refs:
-                results.append(self.maintain_table(ref, operations, dry_run=dry_run))
-                if on_table is not None:
-                    on_table(results[-1])
-            return results
         done: dict[int, TableResult] = {}
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maintain") as pool:
-            futures = {
-                pool.submit(self.maintain_table, ref, operations, dry_run=dry_run): i
-                for i, ref in enumerate(refs)
-            }
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                if on_table is not None:
-                    on_table(done[futures[future]])
+        # Log rows go out in one Spark append per LOG_BATCH_TABLES tables, not one per table.
+        unlogged: list[TableResult] = []
+
+        def finished(index: int, result: TableResult) -> None:
+            done[index] = result
+            if not dry_run:
+                unlogged.append(result)
+                if len(unlogged) >= LOG_BATCH_TABLES:
+                    self._write_logs(unlogged)
+            if on_table is not None:
+                on_table(result)
+
+        try:
+            if workers == 1:
+                for i, ref in enumerate(refs):
+                    finished(
+                        i, self.maintain_table(ref, operations, dry_run=dry_run, write_log=False)
+                    )
+            else:
+                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maintain") as pool:
+                    futures = {
+                        pool.submit(
+                            self.maintain_table, ref, operations, dry_run=dry_run, write_log=False
+                        ): i
+                        for i, ref in enumerate(refs)
+                    }
+                    for future in as_completed(futures):
+                        finished(futures[future], future.result())
+        finally:
+            self._write_logs(unlogged)
         return [done[i] for i in range(len(refs))]
+
+    def _write_logs(self, results: list[TableResult]) -> None:
+        """Append the log rows of ``results`` in one write, then forget them."""
+        rows = [op for result in results for op in result.ops]
+        if rows:
+            try:
+                self.write_log(rows)
+            except IcegateError as exc:
+                for result in results:
+                    result.error = result.error or str(exc)
+        results.clear()
 
     def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
         """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 Status = Literal["completed", "failed", "skipped"]
@@ -50,6 +51,8 @@ class OpResult:
     duration_s: float
     output: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    #: When the operation ended (UTC): the log row's ``executed_at``.
+    finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def ok(self) -> bool:

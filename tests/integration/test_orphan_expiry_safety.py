@@ -109,3 +109,26 @@ def test_expiry_keeps_current_last_n_and_every_branch_and_tag_head(
     assert spark.sql(f"SELECT count(*) FROM {name} VERSION AS OF 'v1'").first()[0] == 10
     assert spark.sql(f"SELECT count(*) FROM {name} VERSION AS OF {history[-2]}").first()[0] == 50
     assert all(p.exists() for p in _live_files(lh, TABLE))
+
+
+def test_orphan_removal_is_planned_away_only_when_nothing_old_is_unreferenced(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory()
+    lh.add_table(TABLE, appends=3)
+    # Everything in the table's folder (data, manifests, manifest lists, metadata) is old.
+    month_ago = time.time() - timedelta(days=30).total_seconds()
+    location = _local(lh.table(TABLE).location())
+    for path in location.rglob("*"):
+        os.utime(path, (month_ago, month_ago))
+    ref = TableRef.parse(TABLE)
+
+    quiet = Maintainer(lh.config).maintain_table(ref, ["remove_orphan_files"])
+
+    assert quiet.ops[0].status == "skipped", quiet.as_dict()  # all of it is referenced
+    orphan = lh.plant_file(TABLE, "left-by-a-failed-write.parquet", timedelta(days=30))
+    cleaned = Maintainer(lh.config).maintain_table(ref, ["remove_orphan_files"])
+    assert cleaned.ops[0].status == "completed", cleaned.as_dict()
+    assert cleaned.ops[0].output["orphans_removed"] == 1
+    assert not orphan.exists()
+    assert all(p.exists() for p in _live_files(lh, TABLE))
