@@ -8,7 +8,6 @@ part of the test suite.
 from __future__ import annotations
 
 import argparse
-import resource
 import shutil
 import sys
 import tempfile
@@ -49,9 +48,62 @@ class Figure:
         )
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this (driver) process so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class PeakMemory:
+    """Peak resident memory of a process tree (Python driver + its JVM), sampled 5x a second."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import os
+        import threading
+
+        self.pid = pid or os.getpid()
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, sum(_rss_kb(p) for p in _tree(self.pid)))
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mb(self) -> float:
+        return self.peak_kb / 1024
 
 
 # -- lakehouses ----------------------------------------------------------------------------
@@ -153,7 +205,8 @@ def bench_full_pass(work: Path) -> list[Figure]:
 
     maintainer = Maintainer(ours_cfg, spark=lambda: spark)
     hand_s, _ = timed(by_hand)
-    ours_s, results = timed(lambda: maintainer.maintain([TableRef.parse(k) for k in ours_keys]))
+    with PeakMemory() as memory:
+        ours_s, results = timed(lambda: maintainer.maintain([TableRef.parse(k) for k in ours_keys]))
     assert all(r.ok for r in results), [r.as_dict() for r in results if not r.ok]
 
     # Overhead is measured one table at a time, on a third copy, so that time spent in
@@ -175,7 +228,7 @@ def bench_full_pass(work: Path) -> list[Figure]:
             "s",
             "<= 0.5x",
             ours_s <= 0.5 * hand_s,
-            f"12 tables x 25 files, 4 at a time; driver peak RSS {peak_rss_mb():.0f} MB",
+            f"12 tables x 25 files, 4 at a time; driver peak RSS {memory.mb:.0f} MB (Python + JVM)",
         ),
         Figure(
             "per_table_overhead",
@@ -278,10 +331,140 @@ def bench_query(work: Path) -> list[Figure]:
     ]
 
 
+BATCH_RUN = """
+import sys
+import dagster as dg
+from icegate_dagster.definitions import defs
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource, SparkResource
+config, keys = sys.argv[1], sys.argv[2].split(",")
+instance = dg.DagsterInstance.ephemeral()
+instance.add_dynamic_partitions(iceberg_tables.name, keys)
+tags = {
+    "dagster/asset_partition_range_start": keys[0],
+    "dagster/asset_partition_range_end": keys[-1],
+}
+result = defs.resolve_job_def("maintenance_job").execute_in_process(
+    instance=instance,
+    partition_key=keys[0] if len(keys) == 1 else None,
+    tags=None if len(keys) == 1 else tags,
+    resources={"lakehouse": LakehouseResource(config_path=config), "spark": SparkResource()},
+)
+sys.exit(0 if result.success else 1)
+"""
+
+
+def _dagster_run(config: Path, keys: list[str]) -> tuple[float, float]:
+    """One Dagster run (its own process, as a run launcher makes it) over ``keys``."""
+    import subprocess
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", BATCH_RUN, str(config), ",".join(keys)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with PeakMemory(proc.pid) as memory:
+        code = proc.wait()
+    if code != 0:
+        raise RuntimeError(f"the Dagster run over {keys[0]}..{keys[-1]} failed (exit {code})")
+    return time.perf_counter() - started, memory.mb
+
+
+def bench_batching(work: Path) -> list[Figure]:
+    """20 tables in one multi-partition Dagster run vs. one run (one process) per table."""
+    batch_cfg = make_lakehouse(work / "batch", "bench_batch")
+    single_cfg = make_lakehouse(work / "single", "bench_single")
+    batch_keys = small_file_tables(batch_cfg, 20, 8, 100)
+    single_keys = small_file_tables(single_cfg, 20, 8, 100)
+    batch_s, batch_mb = _dagster_run(work / "batch" / "icegate.yaml", batch_keys)
+    single_s = 0.0
+    single_mb = 0.0
+    for key in single_keys:
+        seconds, mb = _dagster_run(work / "single" / "icegate.yaml", [key])
+        single_s += seconds
+        single_mb = max(single_mb, mb)
+    speedup = single_s / batch_s
+    return [
+        Figure(
+            "batching_20_tables",
+            batch_s,
+            single_s,
+            "s",
+            ">= 5x faster",
+            speedup >= 5,
+            f"{speedup:.1f}x; peak RSS: one run {batch_mb:.0f} MB, per-table runs "
+            f"{single_mb:.0f} MB",
+        ),
+    ]
+
+
+def bench_throughput(work: Path) -> list[Figure]:
+    """``optimize`` on ~1 GB of small files vs. pyarrow reading and rewriting the same files."""
+    import os
+
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    gigabytes = float(os.environ.get("ICEGATE_BENCH_GB", "1"))
+    config = make_lakehouse(
+        work / "lake", "bench_tp", maintain={"optimize": {"file_size_threshold": "64MB"}}
+    )
+    catalog = open_catalog(config.catalog)
+    catalog.create_namespace_if_not_exists("bench")
+    catalog.create_table(("bench", "big"), schema=pa.schema(SCHEMA_FIELDS))
+    spark = get_spark(config)
+    name = TableRef.parse("bench.big").spark_identifier("bench_tp")
+    rows_needed = int(gigabytes * 1024**3 / 60)  # ~60 bytes a row once compressed
+    frame = spark.range(rows_needed).selectExpr(
+        "id",
+        "concat('tenant-', id % 50) AS tenant_id",
+        "timestamp_seconds(1793491200 + id) AS timestamp",
+        "concat('took ', id % 997, ' ms; ', sha2(cast(id AS string), 256)) AS body",
+    )
+    frame.repartition(400).writeTo(name).append()
+    table = catalog.load_table(("bench", "big"))
+    files = table.inspect.files()
+    paths = [p.removeprefix("file:") for p in files.column("file_path").to_pylist()]
+    size = sum(files.column("file_size_in_bytes").to_pylist())
+
+    def with_pyarrow() -> None:
+        out = work / "pyarrow-out"
+        out.mkdir()
+        dataset = ds.dataset(paths, format="parquet")
+        # Same codec as the table's files (Iceberg's default, zstd): the same work.
+        with pq.ParquetWriter(
+            out / "compacted.parquet", dataset.schema, compression="zstd"
+        ) as writer:
+            for batch in dataset.to_batches():
+                writer.write_batch(batch)
+
+    arrow_s, _ = timed(with_pyarrow)
+    maintainer = Maintainer(config, spark=lambda: spark)
+    spark_s, result = timed(
+        lambda: maintainer.maintain_table(TableRef.parse("bench.big"), ["optimize"])
+    )
+    assert result.ok and result.after is not None, result.as_dict()
+    ours_bps, arrow_bps = size / spark_s, size / arrow_s
+    return [
+        Figure(
+            "compaction_MB_per_s",
+            ours_bps / 1024**2,
+            arrow_bps / 1024**2,
+            "MB/s",
+            ">= 0.7x",
+            ours_bps >= 0.7 * arrow_bps,
+            f"{size / 1024**3:.2f} GB in {len(paths)} files -> {result.after.data_files}",
+        ),
+    ]
+
+
 BENCHMARKS: dict[str, Callable[[Path], list[Figure]]] = {
     "full_pass": bench_full_pass,
     "sensor": bench_sensor,
     "query": bench_query,
+    "batching": bench_batching,
+    "throughput": bench_throughput,
 }
 
 
