@@ -239,10 +239,9 @@ def record(
     """Finish the asset: one materialization and five check evaluations per table."""
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     config = lakehouse.config()
-    for table in batch.tables:
-        result = table.result()
-        if table.ops:
-            maintainer.write_log(table.ops, result)
+    results = [table.result() for table in batch.tables]
+    maintainer.write_logs(list(results))  # one append for the whole run
+    for table, result in zip(batch.tables, results, strict=True):
         # A table that could not be resolved has no WAL folder to size.
         wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
         outcomes = evaluate_health(result, config.for_table(table.key), wal)

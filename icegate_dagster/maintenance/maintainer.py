@@ -452,7 +452,7 @@ class Maintainer:
             if not dry_run:
                 unlogged.append(result)
                 if len(unlogged) >= LOG_BATCH_TABLES:
-                    self._write_logs(unlogged)
+                    self.write_logs(unlogged)
             if on_table is not None:
                 on_table(result)
 
@@ -473,11 +473,12 @@ class Maintainer:
                     for future in as_completed(futures):
                         finished(futures[future], future.result())
         finally:
-            self._write_logs(unlogged)
+            self.write_logs(unlogged)
         return [done[i] for i in range(len(refs))]
 
-    def _write_logs(self, results: list[TableResult]) -> None:
-        """Append the log rows of ``results`` in one write, then forget them."""
+    def write_logs(self, results: list[TableResult]) -> None:
+        """Append the log rows of all ``results`` in one write, then empty the list; a log
+        failure is recorded on each result."""
         rows = [op for result in results for op in result.ops]
         if rows:
             try:
