@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian packages Spark's catalog needs, then a virtualenv in .venv.
 # Safe to re-run: each step is skipped when already done.
+# --test also installs what tests/surfaces starts: Chromium and a PostgreSQL server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=()
 [ -f /usr/share/java/sqlite-jdbc.jar ] || apt_packages+=(libxerial-sqlite-jdbc-java)
+[ -f /usr/share/java/postgresql.jar ] || apt_packages+=(libpostgresql-jdbc-java)
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+if [ "${1:-}" = "--test" ]; then
+  [ -x /usr/bin/chromium ] || apt_packages+=(chromium)
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql)
+fi
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -3,7 +3,7 @@
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh || exit 1
+./scripts/setup.sh --test || exit 1
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
 .venv/bin/python -m pytest "$@"
