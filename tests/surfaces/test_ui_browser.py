@@ -1,0 +1,156 @@
+"""The Dagster UI in headless Chromium, over a lakehouse maintained once through Dagster.
+
+The webserver runs on loopback over this code location and a persistent temp
+instance; Playwright drives Debian's Chromium (no browser download). Every page
+is saved as a screenshot under ``artifacts/ui/`` (or ``$ICEGATE_TEST_ARTIFACTS/ui``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from icegate_dagster.maintenance.health import CHECK_NAMES
+from tests.dagster.conftest import run_maintenance
+from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.webserver import REPO, make_dagster_home, running_webserver
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Headless on a closed network: without the background-networking flags Chromium keeps
+# dialling Google's hosts. --no-sandbox because CI runs as root.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TABLES = ["lakehouse.logs", "lakehouse.spans"]
+UI_TIMEOUT_MS = 60_000
+
+
+def _artifacts() -> Path:
+    folder = Path(os.environ.get("ICEGATE_TEST_ARTIFACTS", REPO / "artifacts")) / "ui"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Lakehouse:
+    """Two tables of small files, each 12 files in 2 partitions."""
+    lh = make_lakehouse(tmp_path_factory.mktemp("ui") / "lake")
+    lh.add_table("lakehouse.logs", appends=6)  # 12 small files -> compacted to 2
+    lh.add_table("lakehouse.spans", appends=6)
+    return lh
+
+
+@pytest.fixture(scope="module")
+def webserver_port(lakehouse: Lakehouse) -> Iterator[int]:
+    """The lakehouse maintained once by ``maintenance_job``, and the UI serving its instance."""
+    root = lakehouse.root.parent
+    home = make_dagster_home(root / "dagster_home")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert run_maintenance(lakehouse, instance, TABLES).success
+    with running_webserver(home, lakehouse.config_path, root / "webserver.log") as (port, _):
+        yield port
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert CHROMIUM.exists(), "Debian's chromium is missing: run scripts/setup.sh --test"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, webserver_port: int) -> Iterator[Page]:
+    context = browser.new_context(
+        base_url=f"http://127.0.0.1:{webserver_port}", viewport={"width": 1600, "height": 1000}
+    )
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def _open(page: Page, path: str) -> None:
+    """Go to ``path`` and dismiss Dagster's first-visit newsletter dialog if it shows."""
+    page.goto(path)
+    skip = page.get_by_role("button", name="Skip")
+    try:
+        skip.wait_for(state="visible", timeout=5_000)
+        skip.click()
+    except Exception:  # the dialog only shows on a first visit; nothing to dismiss
+        pass
+
+
+def _metadata_value(page: Page, key: str) -> str:
+    """The value of ``key`` in the visible metadata table (its last non-empty cell)."""
+    row = page.locator("tr", has=page.get_by_text(key, exact=True)).first
+    expect(row).to_be_visible()
+    cells = [c.strip() for c in row.locator("td").all_inner_texts() if c.strip()]
+    return cells[-1]
+
+
+def test_partitions_tab_lists_every_table_with_its_metadata(page: Page) -> None:
+    _open(page, "/assets/maintained_table?view=partitions")
+    for table in TABLES:
+        expect(page.get_by_text(table, exact=True).first).to_be_visible()
+    expect(page.get_by_text("Materialized (2)")).to_be_visible()
+
+    page.get_by_text("lakehouse.logs", exact=True).first.click()
+    expect(page.get_by_text("files_before", exact=True)).to_be_visible()
+    assert _metadata_value(page, "files_before") == "12"
+    assert _metadata_value(page, "files_after") == "2"
+    assert _metadata_value(page, "rows_before") == _metadata_value(page, "rows_after") == "60"
+    page.screenshot(path=_artifacts() / "partition_lakehouse.logs.png", full_page=True)
+
+
+def test_events_tab_shows_each_tables_materialization(page: Page) -> None:
+    _open(page, "/assets/maintained_table?view=events")
+    for table in TABLES:
+        expect(page.get_by_text(table, exact=True).first).to_be_visible()
+    expect(page.get_by_text("files_after", exact=True).first).to_be_visible()
+    # The per-operation table, as the run recorded it.
+    expect(page.get_by_text(re.compile(r"^rewrote \d+ data files")).first).to_be_visible()
+    page.screenshot(path=_artifacts() / "events.png", full_page=True)
+
+
+def test_checks_tab_shows_every_check_passed(page: Page) -> None:
+    _open(page, "/assets/maintained_table?view=checks")
+    expect(page.get_by_text(f"Checks ({len(CHECK_NAMES)})")).to_be_visible()
+    for name in CHECK_NAMES:
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    assert page.get_by_text("Succeeded", exact=True).count() >= len(CHECK_NAMES)
+    assert page.get_by_text("Failed", exact=True).count() == 0
+    page.screenshot(path=_artifacts() / "checks.png", full_page=True)
+
+
+def test_lineage_shows_maintenance_log_downstream(page: Page) -> None:
+    _open(page, "/assets/maintained_table?view=lineage")
+    expect(page.get_by_text("maintenance_log", exact=True).first).to_be_visible()
+    expect(page.get_by_text(f"{len(CHECK_NAMES)} / {len(CHECK_NAMES)} Passed")).to_be_visible()
+    page.screenshot(path=_artifacts() / "lineage.png", full_page=True)
+
+
+def test_maintenance_log_page_shows_the_runs_log_rows(page: Page, lakehouse: Lakehouse) -> None:
+    logged = lakehouse.log_rows()
+    # No WAL is configured, so no wal_compaction: four operations per table.
+    operations = {"optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files"}
+    for table in TABLES:
+        assert {r["operation"] for r in logged if r["table_name"] == table} == operations
+    _open(page, "/assets/maintenance_log")
+    expect(page.get_by_text("rows_this_run", exact=True)).to_be_visible()
+    assert len(logged) == len(TABLES) * len(operations)
+    assert _metadata_value(page, "rows_this_run") == str(len(logged))
+    assert _metadata_value(page, "failures_this_run") == "0"
+    page.screenshot(path=_artifacts() / "maintenance_log.png", full_page=True)
