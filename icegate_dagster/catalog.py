@@ -28,6 +28,8 @@ _SECRET_KEY = re.compile(
 )
 #: pyiceberg-only properties that mean nothing to Iceberg's Java catalogs.
 _PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables", "py-io-impl"}
+#: Locations Iceberg's Java side reads through an S3 file system.
+_S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
@@ -91,6 +93,22 @@ def catalog_kind(settings: CatalogSettings) -> str:
     return "rest" if uri.startswith("http") else "unknown"
 
 
+def s3_usage(settings: CatalogSettings) -> str | None:
+    """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
+    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
+    props = settings.properties
+    warehouse = props.get("warehouse", "")
+    if warehouse.lower().startswith(_S3_SCHEMES):
+        return f"its warehouse is {warehouse}"
+    io_impl = props.get("io-impl", "")
+    if io_impl.endswith("S3FileIO"):
+        return f"its io-impl is {io_impl}"
+    s3_keys = sorted(key for key in props if key.startswith("s3."))
+    if s3_keys:
+        return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"
+    return None
+
+
 def sqlite_path(settings: CatalogSettings) -> Path:
     """The SQLite database file of a SQLite catalog."""
     database = make_url(settings.properties["uri"]).database
@@ -123,6 +141,11 @@ def open_catalog(settings: CatalogSettings) -> Catalog:
         catalog.list_namespaces()  # fail here, clearly, rather than mid-run
     except Exception as exc:  # drivers raise anything; the message is what matters
         detail = scrub(f"{type(exc).__name__}: {exc}".splitlines()[0], settings)
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "boto3":
+            detail += (
+                " (pyiceberg signs REST requests with boto3 when rest.sigv4-enabled is true: "
+                "pip install boto3, or use OAuth2 with credential: <access key>:<secret key>)"
+            )
         raise CatalogUnavailableError(
             f"catalog {settings.name!r} at {redact_uri(settings.properties.get('uri', '?'))} "
             f"cannot be opened: {detail}"
@@ -165,6 +188,9 @@ def spark_catalog_conf(settings: CatalogSettings) -> dict[str, str]:
     for key, value in settings.properties.items():
         if key not in _PYICEBERG_ONLY:
             conf[f"{prefix}.{key}"] = value
+    # pyiceberg's s3.region is client.region to Iceberg's Java S3FileIO (AWS bundle).
+    if "s3.region" in settings.properties and "client.region" not in settings.properties:
+        conf[f"{prefix}.client.region"] = settings.properties["s3.region"]
     return conf
 
 

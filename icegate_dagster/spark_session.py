@@ -2,18 +2,26 @@
 
 The Iceberg runtime jar is located in the installed ``snowpark-connect-deps-iceberg``
 package at run time; a user's own ``spark.jars`` or ``spark.jars.packages`` take
-precedence. The user's ``spark.conf`` is merged last.
+precedence. The user's ``spark.conf`` is merged last. A catalog whose files are in
+S3 needs Iceberg's AWS bundle on Spark's class path; without it the session is
+refused before the JVM starts, with the coordinates to add.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icegate_dagster.catalog import POSTGRES_JDBC_JAR, jdbc_driver_jars, spark_catalog_conf
+from icegate_dagster.catalog import (
+    POSTGRES_JDBC_JAR,
+    jdbc_driver_jars,
+    s3_usage,
+    spark_catalog_conf,
+)
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import SparkStartError
 
@@ -23,6 +31,20 @@ if TYPE_CHECKING:
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 _RUNTIME_PACKAGE = "snowpark_connect_deps_iceberg"
 _RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+#: The Iceberg version in a runtime jar's file name or Maven coordinates.
+_RUNTIME_VERSION = re.compile(
+    r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
+)
+#: What gives Spark an S3 file system: Iceberg's AWS bundle (S3FileIO with the AWS SDK),
+#: the AWS SDK itself, or Hadoop's S3A connector.
+_S3_SUPPORT = ("iceberg-aws-bundle", "software.amazon.awssdk", "hadoop-aws", "aws-java-sdk-bundle")
+#: Where such a jar may be named.
+_CLASSPATH_KEYS = (
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.driver.extraClassPath",
+    "spark.executor.extraClassPath",
+)
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -42,6 +64,37 @@ def iceberg_runtime_jar() -> Path:
     if not jars:
         raise SparkStartError(f"no {_RUNTIME_GLOB} in {folder}")
     return jars[-1]
+
+
+def iceberg_version(conf: Mapping[str, str]) -> str:
+    """The Iceberg version Spark will load: the user's runtime jar or package, else ours."""
+    for key in ("spark.jars.packages", "spark.jars"):
+        match = _RUNTIME_VERSION.search(conf.get(key, ""))
+        if match:
+            return match.group(1)
+    match = _RUNTIME_VERSION.search(iceberg_runtime_jar().name)
+    if match is None:  # a renamed jar: say so rather than guess
+        return "<the Iceberg version of your iceberg-spark-runtime jar>"
+    return match.group(1)
+
+
+def check_s3_support(config: IcegateConfig, conf: Mapping[str, str]) -> None:
+    """Refuse, before the JVM starts, a catalog in S3 when Spark has no S3 file system.
+
+    Without Iceberg's AWS bundle every Spark read or write of the catalog's files fails
+    deep in Java (``No FileSystem for scheme "s3"``); this says what to add instead.
+    """
+    reason = s3_usage(config.catalog)
+    if reason is None:
+        return
+    named = " ".join(conf.get(key, "") for key in _CLASSPATH_KEYS)
+    if any(jar in named for jar in _S3_SUPPORT):
+        return
+    raise SparkStartError(
+        f"catalog {config.catalog.name!r} keeps its files in S3 ({reason}) but Spark has no "
+        "S3 support: add org.apache.iceberg:iceberg-aws-bundle:"
+        f"{iceberg_version(conf)} to spark.conf spark.jars.packages (or its jar to spark.jars)"
+    )
 
 
 def _user_supplies_iceberg(conf: Mapping[str, str]) -> bool:
@@ -82,6 +135,7 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)
     _check_local_jars(conf.get("spark.jars", ""))
+    check_s3_support(config, conf)
     return conf
 
 

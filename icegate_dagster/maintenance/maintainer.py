@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings, format_duration
@@ -21,6 +21,7 @@ from icegate_dagster.errors import (
     IcegateError,
     InvalidIdentifierError,
     OperationError,
+    SparkStartError,
     TableNotFoundError,
 )
 from icegate_dagster.maintenance import operations as ops
@@ -59,6 +60,14 @@ LOG_BATCH_TABLES = 25
 def unreadable_result(table: str, operation: str, error: str) -> OpResult:
     """The outcome of an operation on a table whose metadata could not be read."""
     return OpResult(table, operation, "failed", error, None, None, 0.0, error=error)
+
+
+def _append_log_rows_pyiceberg(catalog: Catalog, ref: TableRef, rows: list[dict[str, Any]]) -> None:
+    """Log rows appended without Spark (used only when Spark cannot start)."""
+    import pyarrow as pa
+
+    table = catalog.load_table(ref.identifier)
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
 
 def new_run_id() -> str:
@@ -123,8 +132,14 @@ class Maintainer:
     # -- metadata (no JVM) -------------------------------------------------
 
     def discover(self) -> list[TableRef]:
-        """Tables of the configured namespaces, ``_``-prefixed ones left out."""
-        return discover_tables(self.catalog, self.config.namespaces)
+        """Tables of the configured namespaces, ``_``-prefixed ones and the log table left out.
+
+        (Catalogs such as SeaweedFS and S3 Tables refuse ``_`` names, so the log table may
+        be an ordinary name in a maintained namespace.)
+        """
+        log_table = self.log_table.key
+        tables = discover_tables(self.catalog, self.config.namespaces)
+        return [ref for ref in tables if ref.key != log_table]
 
     def resolve(self, name: str) -> TableRef:
         """Parse a user-given ``namespace.table`` and check that the table exists."""
@@ -517,7 +532,14 @@ class Maintainer:
                     ensure_log_table(self.catalog, self.log_table)
                     self._log_ready = True
             rows = [log_row(r, self.run_id) for r in results]
-            append_log_rows(self.spark, self.config.catalog.name, self.log_table, rows)
+            try:
+                spark = self.spark
+            except SparkStartError:
+                # Spark cannot run with this configuration (the ops said why): the outcomes
+                # still reach the log, appended by pyiceberg in one commit.
+                _append_log_rows_pyiceberg(self.catalog, self.log_table, rows)
+                return
+            append_log_rows(spark, self.config.catalog.name, self.log_table, rows)
         except Exception as exc:
             message = scrub(ops.describe_error(exc), self.config.catalog)
             if table_result is None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
     from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table
 
@@ -51,13 +52,26 @@ def referenced_files(table: Table, max_manifests: int = MAX_MANIFESTS) -> set[st
     return {_fs_path(p) for p in paths if p}
 
 
+def _table_filesystem(table: Table) -> tuple[FileSystem, str]:
+    """The file system of the table's folder as its FileIO configures it, and the folder's
+    path there. Not ``FileSystem.from_uri``: that ignores the catalog's ``s3.endpoint`` and
+    keys, and would ask another store (real AWS) about a bucket of the same name."""
+    from pyarrow import fs
+
+    io = table.io
+    if hasattr(io, "parse_location") and hasattr(io, "fs_by_scheme"):  # PyArrowFileIO
+        scheme, netloc, path = io.parse_location(table.location())
+        return io.fs_by_scheme(scheme, netloc), path
+    return fs.FileSystem.from_uri(table.location())  # type: ignore[no-any-return]
+
+
 def orphan_candidates(table: Table, older_than: datetime) -> list[str] | None:
     """Files in the table's folder older than ``older_than`` that its metadata does not
     reach, sorted; None when this cannot be decided cheaply (then ask Iceberg)."""
     from pyarrow import fs
 
     try:
-        filesystem, root = fs.FileSystem.from_uri(table.location())
+        filesystem, root = _table_filesystem(table)
         infos = filesystem.get_file_info(
             fs.FileSelector(root, recursive=True, allow_not_found=True)
         )

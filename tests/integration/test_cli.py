@@ -32,6 +32,17 @@ def test_discover_and_status(
     assert status["stats"]["compactable_files"] == 12  # 6 small files in each partition
 
 
+def test_discovery_leaves_out_the_log_table_whatever_its_name(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lh = lakehouse_factory(maintain={"log_table": "lakehouse.maintenance_log"})
+    lh.add_table("lakehouse.logs", appends=1)
+    lh.add_table("lakehouse.maintenance_log", appends=1)
+
+    assert run_cli(["discover", "--config", str(lh.config_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == ["lakehouse.logs"]
+
+
 def test_unknown_table_fails_clearly(
     lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
