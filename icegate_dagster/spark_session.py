@@ -46,6 +46,10 @@ _CLASSPATH_KEYS = (
     "spark.executor.extraClassPath",
 )
 
+#: Spark SQL would expand ${var}, ${env:VAR} and ${spark:key} inside SQL text, string
+#: literals included: a table named `t${env:SECRET}` would be maintained as `t<value>`.
+NO_SUBSTITUTION = "spark.sql.variable.substitute"
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 
@@ -134,6 +138,7 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
     if "spark.driver.extraJavaOptions" in user:
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)
+    conf[NO_SUBSTITUTION] = "false"  # names and messages are data, never expanded
     _check_local_jars(conf.get("spark.jars", ""))
     check_s3_support(config, conf)
     return conf
@@ -175,6 +180,8 @@ def _start(conf: Mapping[str, str]) -> SparkSession:
             "Check that Java 17 is installed (JAVA_HOME) and spark.conf is valid."
         ) from None
     quiet_logs(session)
+    # Also when getOrCreate returned a session someone else started (dagster-pyspark).
+    session.conf.set(NO_SUBSTITUTION, "false")
     return session
 
 

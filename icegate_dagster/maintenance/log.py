@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
 from icegate_dagster.maintenance.results import OpResult
 
 if TYPE_CHECKING:
@@ -84,30 +84,36 @@ def log_row(result: OpResult, run_id: str, executed_at: datetime | None = None) 
     }
 
 
+def _sql_literal(value: Any) -> str:
+    """A typed Spark SQL literal for one log value."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        stamp = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return f"TIMESTAMP '{stamp.strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
+    if isinstance(value, bool):
+        raise TypeError(f"unexpected boolean in a log row: {value!r}")
+    if isinstance(value, int):
+        return f"{value}L"
+    return sql_string(str(value))
+
+
 def append_log_rows(
     spark: SparkSession, catalog_name: str, ref: TableRef, rows: list[dict[str, Any]]
 ) -> None:
-    """Append rows to the log table with Spark, in one commit."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+    """Append rows to the log table with Spark, in one commit.
 
+    One ``INSERT ... VALUES`` statement rather than ``createDataFrame``: a local Python
+    list becomes a Python RDD, which on a cluster needs a matching Python on every
+    executor host just to write a few log rows.
+    """
     if not rows:
         return
-    schema = StructType(
-        [
-            StructField(
-                name,
-                StringType()
-                if name in _STRING_COLUMNS
-                else TimestampType()
-                if name == "executed_at"
-                else LongType(),
-                True,
-            )
-            for name in LOG_COLUMNS
-        ]
+    columns = ", ".join(quote_identifier(name) for name in LOG_COLUMNS)
+    values = ",\n".join(
+        "(" + ", ".join(_sql_literal(row[name]) for name in LOG_COLUMNS) + ")" for row in rows
     )
-    data = [tuple(row[name] for name in LOG_COLUMNS) for row in rows]
-    spark.createDataFrame(data, schema).writeTo(ref.spark_identifier(catalog_name)).append()
+    spark.sql(f"INSERT INTO {ref.spark_identifier(catalog_name)} ({columns}) VALUES\n{values}")
 
 
 def read_log(catalog: Catalog, ref: TableRef, run_id: str | None = None) -> list[dict[str, Any]]:

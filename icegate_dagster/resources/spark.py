@@ -9,7 +9,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from icegate_dagster.config import IcegateConfig
-from icegate_dagster.spark_session import build_spark_conf, quiet_logs
+from icegate_dagster.spark_session import NO_SUBSTITUTION, build_spark_conf, quiet_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,4 +32,5 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             self._lazy = LazyPySparkResource(spark_config=conf)
         session: SparkSession = self._lazy.spark_session
         quiet_logs(session)
+        session.conf.set(NO_SUBSTITUTION, "false")  # see spark_session.NO_SUBSTITUTION
         return session

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -571,7 +572,12 @@ ODD_NAMES = {
     "space": "with space",
     "unicode": "séries_日本",
     "backslash": "back\\slash",
+    # Spark SQL's variable syntax: expanded, it would read an environment variable into
+    # the SQL, and "x${nope}" would become the sentinel "x".
+    "spark-env-variable": "t${env:ICEGATE_TEST_SUBST}",
+    "spark-variable": "x${nope}",
 }
+SUBST_SECRET = "subst-SECRET-41d2"
 
 
 @pytest.fixture(scope="module")
@@ -580,7 +586,11 @@ def odd_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     lh.add_table(SENTINEL, appends=2)
     for name in ODD_NAMES.values():
         lh.add_table(f"lakehouse.{name}", appends=2)
-    return shared_run(lh, [f"lakehouse.{name}" for name in ODD_NAMES.values()] + [SENTINEL])
+    os.environ["ICEGATE_TEST_SUBST"] = SUBST_SECRET
+    try:
+        return shared_run(lh, [f"lakehouse.{name}" for name in ODD_NAMES.values()] + [SENTINEL])
+    finally:
+        del os.environ["ICEGATE_TEST_SUBST"]
 
 
 @pytest.mark.parametrize("name", ODD_NAMES.values(), ids=ODD_NAMES.keys())
@@ -604,6 +614,9 @@ def test_odd_table_names_leave_the_sentinel_alone(
     assert lh.catalog.table_exists(("lakehouse", "x"))
     assert lh.rows(SENTINEL) == odd_run.before[SENTINEL]
     assert_maintained(lh, SENTINEL)
+    # No name was expanded by Spark: nothing read the environment variable.
+    assert SUBST_SECRET not in odd_run.out + odd_run.err
+    assert SUBST_SECRET not in json.dumps(lh.log_rows(), default=str)
     # Discovery hands the names back exactly.
     code, out, _err = cli(["discover", "--config", str(lh.config_path), "--json"], capsys)
     assert code == 0

@@ -1,0 +1,212 @@
+"""A full maintenance pass over a lakehouse whose catalog lives in a real PostgreSQL server.
+
+The server runs on loopback for this module only. The config names the catalog
+password only as ``${ICEGATE_TEST_PG_PASSWORD}``; pyiceberg, Spark's JDBC catalog
+and the table leases all reach the same database with it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icegate_dagster.cli import run_cli
+from icegate_dagster.maintenance import Maintainer, TableResult
+from icegate_dagster.maintenance.locks import LOCK_TABLE
+from tests.lakehouse import Lakehouse
+from tests.surfaces.postgres_server import (
+    PostgresServer,
+    captured_output,
+    make_postgres_lakehouse,
+    postgres_server,
+)
+
+PASSWORD_ENV = "ICEGATE_TEST_PG_PASSWORD"
+RETAIN_LAST = 2
+TABLES = ("lakehouse.logs", "lakehouse.orders")
+
+
+@dataclass
+class PostgresPass:
+    """The lakehouse, its server, and what one full pass did to it."""
+
+    server: PostgresServer
+    lakehouse: Lakehouse
+    rows_before: dict[str, Counter[tuple[Any, ...]]]
+    results: dict[str, TableResult]
+    run_id: str
+    output: str
+
+
+def table_rows(lh: Lakehouse, key: str) -> Counter[tuple[Any, ...]]:
+    """The table's rows as a multiset, read from its data files with pyiceberg."""
+    return Counter(tuple(r.values()) for r in lh.table(key).scan().to_arrow().to_pylist())
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server on 127.0.0.1 for this module; stopped and deleted afterwards."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pg_pass(
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PostgresPass]:
+    """Two small-file tables, an old orphan and a young file; one full pass, output captured."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(PASSWORD_ENV, pg_server.password)
+        lh = make_postgres_lakehouse(
+            tmp_path_factory.mktemp("pg_lakehouse"),
+            pg_server,
+            PASSWORD_ENV,
+            maintain={
+                "expire_snapshots": {"retention_threshold": "1s", "retain_last": RETAIN_LAST}
+            },
+        )
+        try:
+            lh.add_table("lakehouse.logs", appends=8, services=("api", "web", "auth"))
+            lh.add_table("lakehouse.orders", appends=6, services=("shop",))
+            lh.planted["old"] = lh.plant_file(
+                "lakehouse.logs", "old-orphan.parquet", timedelta(days=30)
+            )
+            lh.planted["young"] = lh.plant_file(
+                "lakehouse.logs", "young.parquet", timedelta(hours=1)
+            )
+            rows_before = {key: table_rows(lh, key) for key in TABLES}
+            time.sleep(1.2)  # every snapshot so far is now older than the 1s threshold
+            with captured_output() as output:
+                maintainer = Maintainer(lh.config)
+                results = maintainer.maintain(maintainer.discover())
+            yield PostgresPass(
+                pg_server,
+                lh,
+                rows_before,
+                {r.table: r for r in results},
+                maintainer.run_id,
+                "\n".join(output),
+            )
+        finally:
+            engine = getattr(lh.catalog, "engine", None)
+            if engine is not None:
+                engine.dispose()
+
+
+def test_config_names_the_password_only_through_the_environment(pg_pass: PostgresPass) -> None:
+    text = pg_pass.lakehouse.config_path.read_text()
+    assert "${" + PASSWORD_ENV + "}" in text
+    assert pg_pass.server.password not in text
+    assert pg_pass.lakehouse.config.catalog.properties["uri"].startswith("postgresql+psycopg2://")
+
+
+def test_every_op_completed(pg_pass: PostgresPass) -> None:
+    assert sorted(pg_pass.results) == list(TABLES)
+    logs = pg_pass.results["lakehouse.logs"]
+    assert [(op.operation, op.status) for op in logs.ops] == [
+        ("optimize", "completed"),
+        ("rewrite_manifests", "completed"),
+        ("expire_snapshots", "completed"),
+        ("remove_orphan_files", "completed"),
+    ], logs.as_dict()
+    orders = pg_pass.results["lakehouse.orders"]
+    assert all(op.ok for op in orders.ops), orders.as_dict()
+    assert all(r.error is None for r in pg_pass.results.values())
+
+
+def test_data_files_drop_and_rows_are_identical(pg_pass: PostgresPass) -> None:
+    lh = pg_pass.lakehouse
+    assert len(lh.table("lakehouse.logs").inspect.files()) == 3  # was 24: one per partition
+    assert len(lh.table("lakehouse.orders").inspect.files()) == 1  # was 6
+    logs = pg_pass.results["lakehouse.logs"]
+    assert logs.before is not None and logs.before.data_files == 24
+    for key, before in pg_pass.rows_before.items():
+        assert sum(before.values()) > 0
+        assert table_rows(lh, key) == before  # same rows, as multisets
+        for path in lh.data_file_paths(key):
+            assert path.exists(), path
+
+
+def test_snapshots_expired(pg_pass: PostgresPass) -> None:
+    for key in TABLES:
+        result = pg_pass.results[key]
+        assert result.before is not None and result.before.snapshots >= 6
+        assert len(pg_pass.lakehouse.table(key).metadata.snapshots) == RETAIN_LAST
+
+
+def test_old_orphan_removed_young_file_kept(pg_pass: PostgresPass) -> None:
+    assert not pg_pass.lakehouse.planted["old"].exists()
+    assert pg_pass.lakehouse.planted["young"].exists()
+    orphan_op = pg_pass.results["lakehouse.logs"].op("remove_orphan_files")
+    assert orphan_op is not None
+    assert [Path(p).name for p in orphan_op.output["orphan_files"]] == ["old-orphan.parquet"]
+
+
+def test_log_rows_landed_in_the_postgres_catalog(pg_pass: PostgresPass) -> None:
+    rows = [r for r in pg_pass.lakehouse.log_rows() if r["run_id"] == pg_pass.run_id]
+    assert len(rows) == 8  # 4 ops x 2 tables
+    by_key = {(r["table_name"], r["operation"]): r for r in rows}
+    optimize = by_key[("lakehouse.logs", "optimize")]
+    assert (optimize["status"], optimize["files_before"], optimize["files_after"]) == (
+        "completed",
+        24,
+        3,
+    )
+    assert by_key[("lakehouse.logs", "remove_orphan_files")]["status"] == "completed"
+    # The log table, like the maintained ones, is registered in the PostgreSQL database.
+    registered = pg_pass.server.query(
+        "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = %s",
+        (pg_pass.lakehouse.config.catalog.name,),
+    )
+    assert sorted(registered) == [
+        ("lakehouse", "_maintenance_log"),
+        ("lakehouse", "logs"),
+        ("lakehouse", "orders"),
+    ]
+
+
+def test_lease_table_lives_in_the_postgres_database(pg_pass: PostgresPass) -> None:
+    columns = pg_pass.server.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+        "ORDER BY ordinal_position",
+        (LOCK_TABLE,),
+    )
+    assert [c for (c,) in columns] == ["table_name", "owner", "expires_at"]
+    # Every lease taken during the pass was given back.
+    assert pg_pass.server.query(f"SELECT table_name, owner FROM {LOCK_TABLE}") == []
+
+
+def test_password_reaches_no_output_and_no_log_row(
+    pg_pass: PostgresPass, capfd: pytest.CaptureFixture[str]
+) -> None:
+    config = ["--config", str(pg_pass.lakehouse.config_path)]
+    # A second pass through the CLI: safe to re-run, and its output is checked too.
+    assert run_cli(["run", *config]) == 0
+    assert run_cli(["status", *config, "--json"]) == 0
+    captured = capfd.readouterr()
+    assert "lakehouse.logs" in captured.out
+    haystacks = {
+        "output of the pass": pg_pass.output,
+        "cli output": captured.out + captured.err,
+        "results": json.dumps([r.as_dict() for r in pg_pass.results.values()], default=str),
+        "log table": json.dumps(pg_pass.lakehouse.log_rows(), default=str),
+    }
+    assert len(haystacks["log table"]) > 1000
+    for where, text in haystacks.items():
+        assert pg_pass.server.password not in text, f"the catalog password leaked into the {where}"
+
+
+def test_missing_password_variable_fails_clearly(
+    pg_pass: PostgresPass, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(PASSWORD_ENV)
+    assert run_cli(["status", "--config", str(pg_pass.lakehouse.config_path)]) == 2
+    assert f"${{{PASSWORD_ENV}}}, which is not set" in capsys.readouterr().err
