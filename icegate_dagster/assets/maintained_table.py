@@ -4,14 +4,15 @@ The graph runs ``plan`` -> ``wal_compaction`` (where ``wal.root`` is set) ->
 ``optimize`` -> ``rewrite_manifests`` -> ``expire_snapshots`` ->
 ``remove_orphan_files`` -> ``retention`` (tables with a TTL rule only) ->
 ``record``. Every step handles all tables of the run (a backfill batch holds
-several), one table at a time, so the run shares one Spark session. ``record``
-appends the log rows, adds each partition's metadata and evaluates each
-partition's checks. ``plan``'s config ``operations`` limits a run to some steps
+several), ``maintain.parallel_tables`` at a time in the run's one Spark
+session. ``record`` appends the log rows, adds each partition's metadata and
+evaluates each partition's checks. ``plan``'s config ``operations`` limits a run to some steps
 (the WAL sensor runs ``wal_compaction`` only).
 """
 
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,16 +145,24 @@ def _maintenance_step(operation: str) -> dg.OpDefinition:
         maintainer = lakehouse.maintainer(context.run.run_id, spark)
         if operation not in batch.operations:
             return batch
-        for table in batch.tables:
-            if table.ref is None or operation not in maintainer.operations_for(table.ref):
-                continue
-            result = maintainer.run_op(table.ref, operation)
-            table.ops.append(result)
-            log = context.log.error if result.status == "failed" else context.log.info
-            log(
-                f"{table.key} {operation}: {result.status} in {result.duration_s:.1f}s: "
-                f"{result.details}"
-            )
+        todo = [
+            (table, table.ref)
+            for table in batch.tables
+            if table.ref is not None and operation in maintainer.operations_for(table.ref)
+        ]
+        workers = max(1, min(maintainer.config.parallel_tables, len(todo)))
+        # Tables side by side in the run's one Spark session (maintain.parallel_tables);
+        # results are logged here, in the step's own thread, as each table finishes.
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"icegate-{operation}") as pool:
+            running = {pool.submit(maintainer.run_op, ref, operation): table for table, ref in todo}
+            for future in as_completed(running):
+                table, result = running[future], future.result()
+                table.ops.append(result)
+                log = context.log.error if result.status == "failed" else context.log.info
+                log(
+                    f"{table.key} {operation}: {result.status} in {result.duration_s:.1f}s: "
+                    f"{result.details}"
+                )
         return batch
 
     return step
