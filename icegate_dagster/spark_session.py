@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import (
     POSTGRES_JDBC_JAR,
+    SQLITE_JDBC_JAR,
     jdbc_driver_jars,
     s3_usage,
     spark_catalog_conf,
@@ -115,9 +116,11 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
     if not _user_supplies_iceberg(user):
         jars.append(str(iceberg_runtime_jar()))
     jars += [str(p) for p in jdbc_driver_jars(config.catalog)]
-    # The PostgreSQL driver rides along when present, so one session serves both kinds.
-    if POSTGRES_JDBC_JAR.is_file() and str(POSTGRES_JDBC_JAR) not in jars:
-        jars.append(str(POSTGRES_JDBC_JAR))
+    # The other JDBC drivers ride along when present: the process's one session must also
+    # serve a catalog of the other kind registered later (jars are fixed at JVM start).
+    for driver in (SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR):
+        if driver.is_file() and str(driver) not in jars:
+            jars.append(str(driver))
     log4j = Path(str(resources.files("icegate_dagster"))) / "log4j2.properties"
     conf = {
         "spark.master": config.spark.master,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 #: Answers once the code location has loaded: both assets are known.
@@ -23,13 +24,6 @@ READY_QUERY = """
     dependencyKeys { path }
 } }
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_dagster_home(folder: Path) -> Path:

@@ -116,6 +116,16 @@ def append_log_rows(
     spark.sql(f"INSERT INTO {ref.spark_identifier(catalog_name)} ({columns}) VALUES\n{values}")
 
 
+def append_log_rows_without_spark(
+    catalog: Catalog, ref: TableRef, rows: list[dict[str, Any]]
+) -> None:
+    """Append rows with pyiceberg, in one commit: for when Spark cannot start at all."""
+    import pyarrow as pa
+
+    table = catalog.load_table(ref.identifier)
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+
+
 def read_log(catalog: Catalog, ref: TableRef, run_id: str | None = None) -> list[dict[str, Any]]:
     """Rows of the log table (only ``run_id``'s when given), read with pyiceberg (no JVM)."""
     from pyiceberg.expressions import AlwaysTrue, EqualTo

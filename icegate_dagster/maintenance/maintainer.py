@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings, format_duration
@@ -32,7 +32,12 @@ from icegate_dagster.maintenance.discovery import (
 )
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.locks import LockHolder, TableLocks, lock_owner
-from icegate_dagster.maintenance.log import append_log_rows, ensure_log_table, log_row
+from icegate_dagster.maintenance.log import (
+    append_log_rows,
+    append_log_rows_without_spark,
+    ensure_log_table,
+    log_row,
+)
 from icegate_dagster.maintenance.orphans import orphan_candidates
 from icegate_dagster.maintenance.results import (
     OPERATIONS,
@@ -60,14 +65,6 @@ LOG_BATCH_TABLES = 25
 def unreadable_result(table: str, operation: str, error: str) -> OpResult:
     """The outcome of an operation on a table whose metadata could not be read."""
     return OpResult(table, operation, "failed", error, None, None, 0.0, error=error)
-
-
-def _append_log_rows_pyiceberg(catalog: Catalog, ref: TableRef, rows: list[dict[str, Any]]) -> None:
-    """Log rows appended without Spark (used only when Spark cannot start)."""
-    import pyarrow as pa
-
-    table = catalog.load_table(ref.identifier)
-    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
 
 def new_run_id() -> str:
@@ -537,7 +534,7 @@ class Maintainer:
             except SparkStartError:
                 # Spark cannot run with this configuration (the ops said why): the outcomes
                 # still reach the log, appended by pyiceberg in one commit.
-                _append_log_rows_pyiceberg(self.catalog, self.log_table, rows)
+                append_log_rows_without_spark(self.catalog, self.log_table, rows)
                 return
             append_log_rows(spark, self.config.catalog.name, self.log_table, rows)
         except Exception as exc:

@@ -19,7 +19,6 @@ import re
 import secrets
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,16 +34,10 @@ import yaml
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import load_config
 from tests.lakehouse import Lakehouse
+from tests.net import free_port
 
 POSTGRES_ROOT = Path("/usr/lib/postgresql")
 SERVER_USER = "postgres"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def postgres_bin_dir() -> Path:

@@ -6,10 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from icegate_dagster.catalog import open_catalog, redact_properties, spark_catalog_conf
+from icegate_dagster.catalog import (
+    POSTGRES_JDBC_JAR,
+    SQLITE_JDBC_JAR,
+    open_catalog,
+    redact_properties,
+    spark_catalog_conf,
+)
 from icegate_dagster.config import config_from_dict
 from icegate_dagster.errors import CatalogUnavailableError, InvalidIdentifierError
 from icegate_dagster.maintenance import TableRef
+from icegate_dagster.spark_session import build_spark_conf
 
 
 def test_hostile_names_are_quoted_never_sql() -> None:
@@ -57,6 +64,15 @@ def test_postgres_catalog_maps_credentials_apart_and_redacts_them(tmp_path: Path
     assert conf["spark.sql.catalog.icegate.jdbc.user"] == "ice"
     assert conf["spark.sql.catalog.icegate.jdbc.password"] == "pw123"
     assert "pw123" not in str(redact_properties(config.catalog.properties))
+
+
+def test_one_session_carries_every_installed_jdbc_driver(tmp_path: Path) -> None:
+    """Jars are fixed when the JVM starts: a session first opened for a PostgreSQL
+    catalog must still serve a SQLite catalog registered later, and the reverse."""
+    for uri in ("postgresql+psycopg2://ice@127.0.0.1/cat", f"sqlite:///{tmp_path}/c.db"):
+        config = config_from_dict({"catalog": {"uri": uri, "warehouse": "wh"}}, tmp_path)
+        jars = build_spark_conf(config)["spark.jars"].split(",")
+        assert {str(SQLITE_JDBC_JAR), str(POSTGRES_JDBC_JAR)} <= set(jars), uri
 
 
 def test_rest_properties_pass_through(tmp_path: Path) -> None:
