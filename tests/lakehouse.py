@@ -97,6 +97,10 @@ class Lakehouse:
         frame = spark.read.table(TableRef.parse(key).spark_identifier(self.config.catalog.name))
         return Counter(tuple(r) for r in frame.collect())
 
+    def rows_without_spark(self, key: str) -> Counter[tuple[Any, ...]]:
+        """The table's rows as a multiset, read with pyiceberg (no JVM in this process)."""
+        return Counter(tuple(r.values()) for r in self.table(key).scan().to_arrow().to_pylist())
+
     def log_rows(self) -> list[dict[str, Any]]:
         """Every row of the maintenance log, via pyiceberg."""
         table = self.catalog.load_table(TableRef.parse(self.config.log_table).identifier)

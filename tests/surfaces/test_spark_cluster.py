@@ -42,11 +42,6 @@ class ClusterPass:
     report: dict[str, Any]
 
 
-def table_rows(lh: Lakehouse, key: str) -> Counter[tuple[Any, ...]]:
-    """The table's rows as a multiset, read from its data files with pyiceberg (no JVM here)."""
-    return Counter(tuple(r.values()) for r in lh.table(key).scan().to_arrow().to_pylist())
-
-
 def cluster_spark_block(cluster: SparkCluster) -> dict[str, Any]:
     """The ``spark:`` block of icegate.yaml for this cluster."""
     return {
@@ -85,7 +80,7 @@ def cluster_pass(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory
     raw = yaml.safe_load(lh.config_path.read_text())
     raw["spark"] = cluster_spark_block(cluster)
     lh.config_path.write_text(yaml.safe_dump(raw))
-    rows_before = {key: table_rows(lh, key) for key in TABLES}
+    rows_before = {key: lh.rows_without_spark(key) for key in TABLES}
     files_before = {key: len(lh.table(key).inspect.files()) for key in TABLES}
     time.sleep(1.2)  # every snapshot so far is now older than the 1s threshold
     # The executors need no Python at all (log rows go in as SQL): a worker host without
@@ -127,7 +122,7 @@ def test_data_files_drop_and_rows_are_identical(cluster_pass: ClusterPass) -> No
     assert len(lh.table("lakehouse.orders").inspect.files()) == 1
     for key, before in cluster_pass.rows_before.items():
         assert sum(before.values()) > 0
-        assert table_rows(lh, key) == before  # same rows, as multisets
+        assert lh.rows_without_spark(key) == before  # same rows, as multisets
         for path in lh.data_file_paths(key):
             assert path.exists(), path
 
