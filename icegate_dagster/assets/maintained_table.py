@@ -6,8 +6,8 @@ The graph runs ``plan`` -> ``wal_compaction`` (where ``wal.root`` is set) ->
 ``record``. Every step handles all tables of the run (a backfill batch holds
 several), ``maintain.parallel_tables`` at a time in the run's one Spark
 session. ``record`` appends the log rows, adds each partition's metadata and
-evaluates each partition's checks. ``plan``'s config ``operations`` limits a run to some steps
-(the WAL sensor runs ``wal_compaction`` only).
+evaluates each partition's checks. ``plan``'s config ``operations`` limits a
+run to some steps (the WAL sensor runs ``wal_compaction`` only).
 """
 
 import time
