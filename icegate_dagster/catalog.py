@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from icegate_dagster.config import CatalogSettings
+from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, ConfigError
 
 if TYPE_CHECKING:
@@ -73,9 +73,51 @@ def secret_values(settings: CatalogSettings) -> list[str]:
     return values
 
 
-def scrub(text: str, settings: CatalogSettings) -> str:
-    """Remove every catalog secret from ``text`` (errors from drivers may echo them)."""
-    for secret in secret_values(settings):
+#: ``scheme://user:password@`` in any URI-like text.
+_URI_USERINFO = re.compile(r"//([^:/@\s]*):([^@/\s]+)@")
+#: Flags of secret-looking keys (``token-refresh-enabled: true``) are not secrets.
+_NOT_SECRET = {"true", "false"}
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """The secrets of a storage URI: ``user:password@`` (an access key and its secret) and
+    the value of any secret-looking query parameter (``?X-Amz-Signature=``, ``?token=``)."""
+    found: list[str] = []
+    for match in _URI_USERINFO.finditer(uri):
+        found += [match.group(1), match.group(2)]
+    _, _, query = uri.partition("?")
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if value and (is_secret_key(key) or "signature" in key.lower() or key.lower() == "sig"):
+            found.append(value)
+    return [value for value in found if value]
+
+
+def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
+    """Every secret the configuration holds: the catalog's, secret-looking ``spark.conf``
+    keys and passwords in its URIs, ``wal.root``'s and every value from ``${VAR}``."""
+    values = [*secret_values(config.catalog), *config.secrets]
+    for key, value in config.spark.conf.items():
+        if is_secret_key(key):
+            values.append(value)
+        values += [m.group(2) for m in _URI_USERINFO.finditer(value)]
+    if config.wal_root:
+        values += uri_secrets(config.wal_root)
+    if config.locks.uri:
+        values += [m.group(2) for m in _URI_USERINFO.finditer(config.locks.uri)]
+    kept = {v for v in values if v.strip() and v.strip().lower() not in _NOT_SECRET}
+    return tuple(sorted(kept, key=len, reverse=True))  # a secret inside another: longer first
+
+
+def scrub(text: str, source: IcegateConfig | CatalogSettings) -> str:
+    """Remove every secret of the configuration (or of a catalog alone) from ``text``:
+    errors from drivers, Spark and Iceberg may echo them."""
+    secrets = (
+        config_secrets(source)
+        if isinstance(source, IcegateConfig)
+        else sorted(secret_values(source), key=len, reverse=True)
+    )
+    for secret in secrets:
         text = text.replace(secret, "***")
     return text
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult, TableStats
+from icegate_dagster.maintenance.maintainer import unreadable_result
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -180,12 +181,33 @@ def _targets(maintainer: Maintainer, names: list[str] | None) -> list[TableRef |
     if not names:
         return list(maintainer.discover())
     targets: list[TableRef | TableResult] = []
-    for name in names:
+    for name in dict.fromkeys(names):  # a table named twice is maintained once
         try:
             targets.append(maintainer.resolve(name))
         except IcegateError as exc:
             targets.append(TableResult(str(name), None, None, [], 0.0, error=str(exc)))
     return targets
+
+
+def _failed_ops(
+    maintainer: Maintainer,
+    target: TableRef | TableResult,
+    operations: Sequence[str] | None,
+    dry_run: bool,
+) -> TableRef | TableResult:
+    """A table asked for by name that does not exist (dropped before its run, or never
+    there) fails every operation it would have run, each logged as a ``failed`` row."""
+    if isinstance(target, TableRef) or target.ops or target.error is None:
+        return target
+    try:
+        ref = TableRef.parse(target.table)
+    except IcegateError:  # not a table name at all: bad usage, nothing to log
+        return target
+    names = operations if operations is not None else maintainer.operations_for(ref)
+    target.ops = [unreadable_result(ref.key, name, target.error) for name in names]
+    if not dry_run:
+        maintainer.write_log(target.ops, target)
+    return target
 
 
 def _maintain(
@@ -195,7 +217,7 @@ def _maintain(
     dry_run: bool,
     force: bool = False,
 ) -> list[TableResult]:
-    targets = _targets(maintainer, names)
+    targets = [_failed_ops(maintainer, t, operations, dry_run) for t in _targets(maintainer, names)]
     if force:
         return [
             t
@@ -310,8 +332,19 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     try:
         return _command(args)
     except IcegateError as exc:
-        print(f"icegate-maintain: error: {exc}", file=sys.stderr)
+        print(f"icegate-maintain: error: {_scrubbed(str(exc), args)}", file=sys.stderr)
         return exc.exit_code
+
+
+def _scrubbed(text: str, args: argparse.Namespace) -> str:
+    """``text`` without any secret of the command's configuration (when it loads)."""
+    from icegate_dagster.catalog import scrub
+
+    try:
+        config = load_config(args.config) if args.command != "demo" else None
+    except IcegateError:  # no configuration, so no secret is known
+        return text
+    return text if config is None else scrub(text, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

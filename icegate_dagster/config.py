@@ -141,6 +141,17 @@ class HealthCheckSettings(_Block):
     max_wal_bytes: Size = 10 * 1024**3
 
 
+class LockSettings(_Block):
+    """Where the per-table leases live, and how long one lasts (``maintain.locks``)."""
+
+    #: SQLAlchemy URL of the lease store every maintainer shares; unset: the catalog's own
+    #: SQL database, else a SQLite file beside the configuration (one host only).
+    uri: str | None = None
+    lease: Duration = timedelta(minutes=2)
+    #: A holder that has kept a table this long is reported (``ops_succeeded`` fails).
+    stuck_after: Duration = timedelta(hours=6)
+
+
 class RetentionSettings(_Block):
     """TTL: rows whose ``column`` is older than ``days`` are deleted."""
 
@@ -203,6 +214,13 @@ class IcegateConfig:
     lock_wait: timedelta = DEFAULT_LOCK_WAIT
     #: How many tables a pass maintains at once, sharing one Spark session.
     parallel_tables: int = DEFAULT_PARALLEL_TABLES
+    #: The lease store (``maintain.locks``).
+    locks: LockSettings = field(default_factory=LockSettings)
+    #: The lease store when neither ``maintain.locks.uri`` nor a SQL catalog names one.
+    locks_fallback_uri: str | None = None
+    #: Every value a ``${VAR}`` put into the catalog block, ``spark.conf``, ``wal.root`` or
+    #: ``maintain.locks.uri``: secrets, kept off command lines and out of every message.
+    secrets: tuple[str, ...] = ()
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``)."""
@@ -233,12 +251,25 @@ class IcegateConfig:
             source=self.source,
             lock_wait=self.lock_wait,
             parallel_tables=self.parallel_tables,
+            locks=self.locks,
+            locks_fallback_uri=self.locks_fallback_uri,
+            secrets=self.secrets,
         )
 
 
 _TOP_KEYS = {"catalog", "namespaces", "spark", "wal", "maintain"}
-_MAINTAIN_KEYS = {"log_table", "lock_wait", "parallel_tables", "retention", "tables", *_BLOCKS}
+_MAINTAIN_KEYS = {
+    "log_table",
+    "lock_wait",
+    "locks",
+    "parallel_tables",
+    "retention",
+    "tables",
+    *_BLOCKS,
+}
 _TABLE_OVERRIDE_KEYS = {"retention", *_BLOCKS}
+#: Where a value from ``${VAR}`` counts as a secret (see ``IcegateConfig.secrets``).
+_SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
 
 
 def _fail(key: str, value: object, rule: str) -> ConfigError:
@@ -277,7 +308,8 @@ def _validate_block(model: type[_Block], raw: object, key: str) -> Any:
         raise _fail(where, value, message) from None
 
 
-def _interpolate_env(value: Any, key: str) -> Any:
+def _interpolate_env(value: Any, key: str, found: list[tuple[str, str]] | None = None) -> Any:
+    """``value`` with every ``${VAR}`` replaced; each (key, value) used is added to ``found``."""
     if isinstance(value, str):
 
         def repl(match: re.Match[str]) -> str:
@@ -287,13 +319,17 @@ def _interpolate_env(value: Any, key: str) -> Any:
                     f"invalid config: {key} refers to environment variable ${{{name}}}, "
                     "which is not set"
                 )
+            if found is not None:
+                found.append((key, os.environ[name]))
             return os.environ[name]
 
         return _ENV_RE.sub(repl, value)
     if isinstance(value, Mapping):
-        return {k: _interpolate_env(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        return {
+            k: _interpolate_env(v, f"{key}.{k}" if key else str(k), found) for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_interpolate_env(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_interpolate_env(v, f"{key}[{i}]", found) for i, v in enumerate(value)]
     return value
 
 
@@ -386,7 +422,11 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
     """Validate a parsed configuration; relative paths resolve against ``base_dir``."""
     top = _mapping(raw, "(top level)")
     _check_keys(top, _TOP_KEYS, "")
-    top = _interpolate_env(top, "")
+    interpolated: list[tuple[str, str]] = []
+    top = _interpolate_env(top, "", interpolated)
+    secrets = tuple(
+        dict.fromkeys(v for k, v in interpolated if v.strip() and k.startswith(_SECRET_BLOCKS))
+    )
     embedded = "catalog" not in top
     if embedded:
         # No catalog named: the embedded SQLite lakehouse beside the config file.
@@ -427,6 +467,10 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
     if not 1 <= parallel_tables <= 64:
         raise _fail("maintain.parallel_tables", parallel_tables, "must be between 1 and 64")
 
+    locks: LockSettings = _validate_block(LockSettings, maintain.get("locks"), "maintain.locks")
+    if locks.uri is not None:
+        locks = locks.model_copy(update={"uri": _resolve_location(locks.uri, base_dir)})
+
     block_defaults = {name: _mapping(maintain.get(name), f"maintain.{name}") for name in _BLOCKS}
     defaults = _table_settings(block_defaults, None, "maintain")
 
@@ -456,6 +500,9 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
         source=source,
         lock_wait=lock_wait,
         parallel_tables=parallel_tables,
+        locks=locks,
+        locks_fallback_uri=f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}",
+        secrets=secrets,
     )
 
 

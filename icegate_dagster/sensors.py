@@ -2,10 +2,12 @@
 
 import hashlib
 import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.assets.maintained_table import operations_run_config
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE, operations_run_config
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.jobs import maintenance_job
@@ -42,7 +44,24 @@ def iceberg_table_discovery(
     current = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
     added, removed = partition_changes(discovered, current)
     cursor = hashlib.sha256("\n".join(sorted(discovered)).encode()).hexdigest()[:16]
+    deferred = still_targeted(context.instance, current, removed)
+    if deferred:
+        # Deleting a partition an unfinished run names as its range start or end fails
+        # that whole run in Dagster (none of its tables is maintained); one in the middle
+        # of a range would silently leave the run. They go once the runs are over.
+        removed = [key for key in removed if key not in deferred]
+        context.log.info(
+            f"{len(deferred)} dropped tables stay partitions until the runs or backfills "
+            f"naming them finish: {_some(sorted(deferred))}"
+        )
     if not added and not removed:
+        if deferred:
+            return dg.SkipReason(
+                f"{len(deferred)} tables gone from the catalog stay partitions until the "
+                f"unfinished runs or backfills that target them finish (deleting them now "
+                f"would fail those runs): "
+                + "; ".join(f"{key} ({why})" for key, why in sorted(deferred.items()))
+            )
         return dg.SkipReason(
             f"no change: the {len(discovered)} tables of catalog "
             f"{maintainer.config.catalog.name!r} are all partitions already"
@@ -55,6 +74,96 @@ def iceberg_table_discovery(
         context.log.info(f"{len(removed)} tables gone from the catalog: {_some(removed)}")
         requests.append(iceberg_tables.build_delete_request(removed))
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
+
+
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+PARTITION_TAG = "dagster/partition"
+#: Backfill statuses (``BulkActionStatus`` values) that may still launch runs.
+UNFINISHED_BACKFILLS = {"REQUESTED", "CANCELING", "FAILING"}
+
+
+def still_targeted(
+    instance: dg.DagsterInstance, current: list[str], removed: list[str]
+) -> dict[str, str]:
+    """Which of the ``removed`` partitions an unfinished run or backfill still targets, and
+    why (run or backfill id and status).
+
+    A run names its partition in the tag ``dagster/partition``, a batch of several as the
+    range ``dagster/asset_partition_range_start``..``_end`` over the partitions' stored
+    order (``current``). Dagster fails a whole run whose range start or end partition no
+    longer exists, so those partitions wait until the run is over. An in-progress backfill
+    of ``maintained_table`` holds every dropped table back (which partitions an asset
+    backfill still has to launch is not public), a job backfill the ones it names.
+    """
+    if not removed:
+        return {}
+    gone = set(removed)
+    deferred = {
+        key: why for key, why in unfinished_run_targets(instance, current).items() if key in gone
+    }
+    for backfill in instance.get_backfills(limit=200):
+        status = getattr(getattr(backfill, "status", None), "value", "")
+        if status not in UNFINISHED_BACKFILLS:
+            continue
+        names = set(getattr(backfill, "partition_names", None) or ())
+        assets = set(getattr(backfill, "asset_selection", None) or ())
+        targeted = gone & names if names else (gone if MAINTAINED_TABLE in assets else set())
+        for key in sorted(targeted):
+            deferred.setdefault(key, f"backfill {backfill.backfill_id} is {status.lower()}")
+    return deferred
+
+
+def unfinished_run_targets(
+    instance: dg.DagsterInstance, current: list[str], *, wal_only: bool = False
+) -> dict[str, str]:
+    """Every partition an unfinished run names (``dagster/partition``, or a range over the
+    partitions' stored order ``current``), with the first such run's id and status.
+
+    ``wal_only`` keeps only runs that will run ``wal_compaction`` (a full pass does; a run
+    limited to other operations does not).
+    """
+    position = {key: i for i, key in enumerate(current)}
+    targets: dict[str, str] = {}
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED)):
+        if wal_only and not _runs_wal_compaction(run.run_config):
+            continue
+        tags = run.tags
+        start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+        named = {tags.get(PARTITION_TAG), start, end}
+        if start in position and end in position:
+            named |= set(current[position[start] : position[end] + 1])
+        for key in sorted(k for k in named if k is not None):
+            targets.setdefault(key, f"run {run.run_id} is {run.status.value.lower()}")
+    return targets
+
+
+def _runs_wal_compaction(run_config: Any) -> bool:
+    try:
+        operations = run_config["ops"]["maintained_table"]["ops"]["plan"]["config"]["operations"]
+    except (KeyError, TypeError):
+        return True  # the full pass
+    return operations is None or "wal_compaction" in operations
+
+
+#: After a second failed WAL run of a backlog, the next attempt waits this long, doubling
+#: with each further failure...
+BACKOFF_BASE = timedelta(minutes=1)
+#: ...up to this.
+BACKOFF_MAX = timedelta(hours=1)
+
+
+def backoff_until(records: list[Any]) -> tuple[int, datetime | None]:
+    """How many runs of a backlog failed, and until when the next attempt must wait."""
+    failed = [r for r in records if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
+    if len(failed) < 2:  # one failure is retried at the next tick
+        return len(failed), None
+    last = max(
+        (r.end_time if r.end_time is not None else r.update_timestamp.timestamp())
+        for r in failed
+    )
+    wait = min(BACKOFF_BASE * 2 ** (len(failed) - 2), BACKOFF_MAX)
+    return len(failed), datetime.fromtimestamp(last, UTC) + wait
 
 
 def wal_backlogs(config: IcegateConfig, tables: list[str]) -> dict[str, tuple[WalStats, bool]]:
@@ -111,7 +220,8 @@ def wal_size_sensor(
     config = lakehouse.config()
     if not config.wal_root:
         return dg.SkipReason("wal.root is not configured: there is no WAL to watch")
-    tables = sorted(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
+    stored = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
+    tables = sorted(stored)
     if not tables:
         return dg.SkipReason(
             "no tables are partitions of maintained_table yet: "
@@ -124,12 +234,28 @@ def wal_size_sensor(
         return dg.SkipReason(
             f"no WAL over its thresholds: {waiting} files waiting across {len(tables)} tables"
         )
-    requests, busy = [], []
+    requests, busy, waiting_out = [], [], []
+    # A queued or running batch (schedule, backfill) that ingests the WAL covers the table.
+    covered = unfinished_run_targets(context.instance, stored, wal_only=True)
+    now = datetime.now(UTC)
     for key, stats in due.items():
         backlog = backlog_id(key, stats)
-        runs = context.instance.get_runs(filters=dg.RunsFilter(tags={BACKLOG_TAG: backlog}))
+        records = context.instance.get_run_records(
+            filters=dg.RunsFilter(tags={BACKLOG_TAG: backlog})
+        )
+        runs = [record.dagster_run for record in records]
         if any(run.status in UNFINISHED for run in runs):
             busy.append(key)
+            continue
+        if key in covered:
+            busy.append(f"{key} ({covered[key]})")
+            continue
+        failures, not_before = backoff_until(list(records))
+        if not_before is not None and now < not_before:
+            waiting_out.append(
+                f"{key} ({failures} failed runs; next attempt after "
+                f"{not_before:%Y-%m-%d %H:%M:%S} UTC)"
+            )
             continue
         context.log.info(
             f"{key}: {stats.files} WAL files, {stats.bytes} bytes: compacting"
@@ -143,10 +269,19 @@ def wal_size_sensor(
                 tags={"icegate/trigger": "wal_size_sensor", BACKLOG_TAG: backlog},
             )
         )
-    cursor = json.dumps({"due": sorted(due), "busy": busy})
-    if not requests:
-        return dg.SkipReason(
-            f"{len(busy)} tables over their WAL thresholds already have a run in progress: "
-            + ", ".join(busy)
+    if waiting_out:
+        context.log.warning(
+            "backing off WAL backlogs whose runs keep failing: " + "; ".join(waiting_out)
         )
+    cursor = json.dumps({"due": sorted(due), "busy": busy, "backing_off": waiting_out})
+    if not requests:
+        reasons = []
+        if busy:
+            reasons.append(
+                f"{len(busy)} tables over their WAL thresholds already have a run in progress: "
+                + ", ".join(busy)
+            )
+        if waiting_out:
+            reasons.append("backing off after failed runs: " + "; ".join(waiting_out))
+        return dg.SkipReason("; ".join(reasons))
     return dg.SensorResult(run_requests=requests, cursor=cursor)

@@ -5,13 +5,21 @@ package at run time; a user's own ``spark.jars`` or ``spark.jars.packages`` take
 precedence. The user's ``spark.conf`` is merged last. A catalog whose files are in
 S3 needs Iceberg's AWS bundle on Spark's class path; without it the session is
 refused before the JVM starts, with the coordinates to add.
+
+No secret goes on a command line: see :class:`SplitConf`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shlex
+import shutil
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +27,8 @@ from typing import TYPE_CHECKING
 from icegate_dagster.catalog import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
+    config_secrets,
+    is_secret_key,
     jdbc_driver_jars,
     s3_usage,
     spark_catalog_conf,
@@ -50,6 +60,24 @@ _CLASSPATH_KEYS = (
 #: Spark SQL would expand ${var}, ${env:VAR} and ${spark:key} inside SQL text, string
 #: literals included: a table named `t${env:SECRET}` would be maintained as `t<value>`.
 NO_SUBSTITUTION = "spark.sql.variable.substitute"
+
+#: WAL files may hold INT64 nanosecond timestamps, which Spark 3.5 reads only as longs
+#: behind this flag (wal_compaction floors them to microseconds). It is set once for the
+#: whole session, never switched per table: tables are maintained side by side in one
+#: session. Only Parquet INT64 TIMESTAMP(NANOS) columns are affected, which Iceberg data
+#: files never hold (Iceberg reads its own files with its own reader anyway).
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
+
+#: Secret settings a running session accepts: catalogs are loaded on first use, and
+#: Hadoop's configuration is read when a file system is opened.
+_RUNTIME_PREFIXES = ("spark.sql.catalog.", "spark.hadoop.")
+#: Settings Spark's launcher copies onto the JVM's own command line (client mode).
+_JAVA_COMMAND_LINE = {
+    "spark.driver.memory",
+    "spark.driver.defaultJavaOptions",
+    "spark.driver.extraJavaOptions",
+    "spark.driver.extraClassPath",
+}
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -142,6 +170,7 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)
     conf[NO_SUBSTITUTION] = "false"  # names and messages are data, never expanded
+    conf[NANOS_AS_LONG] = "true"  # WAL nanoseconds as longs, session-wide (see NANOS_AS_LONG)
     _check_local_jars(conf.get("spark.jars", ""))
     check_s3_support(config, conf)
     return conf
@@ -156,26 +185,144 @@ def _check_local_jars(jars: str) -> None:
             raise SparkStartError(f"spark.jars entry {entry!r} does not exist")
 
 
+@dataclass(frozen=True)
+class SplitConf:
+    """A session's settings by how they reach the JVM.
+
+    PySpark hands every builder setting to ``spark-submit`` as ``--conf k=v``, readable
+    by every local user in ``ps``: only ``public`` goes that way. ``runtime`` secrets
+    (catalog properties, Hadoop settings) are set on the session right after it starts,
+    before any catalog is loaded; ``launch`` secrets, which Spark reads only at JVM start,
+    travel in a properties file only this user can read (:func:`private_launch_settings`).
+    """
+
+    public: dict[str, str]
+    runtime: dict[str, str]
+    launch: dict[str, str]
+
+
+def split_secret_conf(conf: Mapping[str, str], secrets: Iterable[str]) -> SplitConf:
+    """Sort ``conf``: a setting is secret when its key looks like one (``is_secret_key``)
+    or its value holds any of ``secrets`` (``catalog.config_secrets``)."""
+    secrets = [s for s in secrets if s]
+    split = SplitConf({}, {}, {})
+    for key, value in conf.items():
+        if not (is_secret_key(key) or any(s in value for s in secrets)):
+            split.public[key] = value
+        elif key.startswith(_RUNTIME_PREFIXES):
+            split.runtime[key] = value
+        elif key in _JAVA_COMMAND_LINE:
+            raise SparkStartError(
+                f"spark.conf {key} holds a secret (a value from ${{VAR}} or a secret-looking "
+                "key), but Spark copies it onto the JVM's command line, which every local "
+                "user can read: write this setting in icegate.yaml as it is"
+            )
+        else:
+            split.launch[key] = value
+    return split
+
+
+def _properties_line(key: str, value: str) -> str:
+    """One ``key=value`` line of a Java properties file, escaped."""
+
+    def escape(text: str) -> str:
+        out = []
+        for char in text:
+            if char in "\\=:#! ":
+                out.append("\\" + char)
+            elif char in "\t\n\r\f":
+                out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[char])
+            else:
+                out.append(char)
+        return "".join(out)
+
+    return f"{escape(key)}={escape(value)}\n"
+
+
+@contextlib.contextmanager
+def private_launch_settings(launch: Mapping[str, str]) -> Iterator[None]:
+    """While a JVM starts in this block, ``launch`` reaches ``spark-submit`` through a
+    ``--properties-file`` readable only by this user (deleted once the block ends).
+
+    spark-submit reads one properties file: Spark's ``spark-defaults.conf`` (or the one
+    ``PYSPARK_SUBMIT_ARGS`` names) is copied into it first, so those settings still apply.
+    """
+    from pyspark import SparkContext
+
+    if not launch or SparkContext._active_spark_context is not None:  # no launch coming
+        yield
+        return
+    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    args = shlex.split(previous or "pyspark-shell")
+    base: Path | None = None
+    if "--properties-file" in args[:-1]:
+        at = args.index("--properties-file")
+        base = Path(args[at + 1])
+        del args[at : at + 2]
+    else:
+        from pyspark.find_spark_home import _find_spark_home
+
+        home = _find_spark_home()  # type: ignore[no-untyped-call]
+        conf_dir = os.environ.get("SPARK_CONF_DIR") or str(Path(home) / "conf")
+        base = Path(conf_dir) / "spark-defaults.conf"
+    folder = Path(tempfile.mkdtemp(prefix="icegate-spark-"))  # mode 0700
+    try:
+        path = folder / "secret.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            if base.is_file():
+                out.write(base.read_text(encoding="utf-8") + "\n")
+            out.writelines(_properties_line(k, v) for k, v in launch.items())
+        os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(path), *args])
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def apply_runtime_conf(session: SparkSession, runtime: Mapping[str, str]) -> None:
+    """Set held-back secrets on a started session, before any catalog is used: Iceberg's
+    SparkCatalog reads ``spark.sql.catalog.<name>.*`` when first loaded; ``spark.hadoop.*``
+    also goes into the SparkContext's Hadoop configuration, as it would at start."""
+    hadoop = None
+    for key, value in runtime.items():
+        session.conf.set(key, value)
+        if key.startswith("spark.hadoop."):
+            if hadoop is None:
+                hadoop = session.sparkContext._jsc.hadoopConfiguration()
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+
 def get_spark(config: IcegateConfig) -> SparkSession:
     """The process's Spark session, started on first use; later calls register new catalogs."""
     global _session
-    conf = build_spark_conf(config)
+    split = split_secret_conf(build_spark_conf(config), config_secrets(config))
     with _lock:
         if _session is None:
-            _session = _start(conf)
+            _session = _start(split.public, split.runtime, split.launch)
         else:
             _register_catalog(_session, config)
         return _session
 
 
-def _start(conf: Mapping[str, str]) -> SparkSession:
+def _start(
+    conf: Mapping[str, str],
+    runtime: Mapping[str, str] | None = None,
+    launch: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start (or join) the session with ``conf`` on the command line, the secrets not."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
-        session = builder.getOrCreate()
+        with private_launch_settings(launch or {}):
+            session = builder.getOrCreate()
+        apply_runtime_conf(session, runtime or {})
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SparkStartError(
@@ -185,6 +332,7 @@ def _start(conf: Mapping[str, str]) -> SparkSession:
     quiet_logs(session)
     # Also when getOrCreate returned a session someone else started (dagster-pyspark).
     session.conf.set(NO_SUBSTITUTION, "false")
+    session.conf.set(NANOS_AS_LONG, "true")
     return session
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from icegate_dagster.catalog import scrub
 from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
 from icegate_dagster.maintenance.maintainer import unreadable_result
@@ -94,20 +95,29 @@ def plan(
         try:
             ref = maintainer.resolve(key)
         except Exception as exc:  # the table fails alone; the others go on
-            context.log.error(f"{key}: {exc}")
-            tables.append(TableRun(key, None, None, started, error=str(exc)))
+            error = scrub(str(exc), maintainer.config)
+            context.log.error(f"{key}: {error}")
+            # Dropped before its run (or never a table): each operation it would have run
+            # fails, and ``record`` logs a failed row for each.
+            try:
+                would_run = maintainer.operations_for(TableRef.parse(key))
+            except Exception:
+                would_run = ()
+            failed = [unreadable_result(key, op, error) for op in would_run if op in operations]
+            tables.append(TableRun(key, None, None, started, ops=failed, error=error))
             continue
         try:
             before = maintainer.stats(ref)
         except Exception as exc:
             # It exists but cannot be read: its operations fail, and are logged as such.
-            context.log.error(f"{key}: {exc}")
+            error = scrub(str(exc), maintainer.config)
+            context.log.error(f"{key}: {error}")
             failed = [
-                unreadable_result(key, op, str(exc))
+                unreadable_result(key, op, error)
                 for op in maintainer.operations_for(ref)
                 if op in operations
             ]
-            tables.append(TableRun(key, None, None, started, ops=failed, error=str(exc)))
+            tables.append(TableRun(key, None, None, started, ops=failed, error=error))
             continue
         context.log.info(
             f"{key}: {before.data_files} data files ({before.small_files} small), "
@@ -251,10 +261,31 @@ def record(
     results = [table.result() for table in batch.tables]
     maintainer.write_logs(list(results))  # one append for the whole run
     for table, result in zip(batch.tables, results, strict=True):
-        # A table that could not be resolved has no WAL folder to size.
-        wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
+        # A table that could not be resolved has no WAL folder to size. One whose WAL
+        # cannot be listed fails its wal_backlog check alone: the others are recorded.
+        wal_error: str | None = None
+        try:
+            wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
+        except Exception as exc:
+            wal_error = scrub(
+                f"cannot list the WAL of {table.key}: {type(exc).__name__}: {exc}", config
+            )
+            wal = WalStats(0, 0)
+            context.log.error(wal_error)
         outcomes = evaluate_health(result, config.for_table(table.key), wal)
+        if wal_error is not None:
+            outcomes = [
+                CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
+                if outcome.name == "wal_backlog"
+                else outcome
+                for outcome in outcomes
+            ]
         metadata = partition_metadata(result, wal)
+        if wal_error is not None:
+            for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
+                metadata.pop(name, None)  # unknown, not zero
+            metadata["wal_error"] = wal_error
+            metadata.setdefault("error", wal_error)
         metadata["checks"] = dg.MetadataValue.json(
             {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
         )

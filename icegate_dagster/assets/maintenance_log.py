@@ -6,7 +6,7 @@ import dagster as dg
 
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.maintenance.log import ensure_log_table, log_size, read_log
-from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.resources import LakehouseResource, SparkResource
 
 PREVIEW_ROWS = 20
 
@@ -37,12 +37,16 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     description="The Iceberg table <namespace>._maintenance_log: one row per table per operation.",
 )
 def maintenance_log(
-    context: dg.AssetExecutionContext, lakehouse: LakehouseResource
+    context: dg.AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-    """Report the log table: its size, this run's failures, the latest rows."""
-    maintainer = lakehouse.maintainer(context.run.run_id)
+    """Keep the log table itself compact, then report it: size, this run's failures, rows."""
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
     ref = maintainer.log_table
     ensure_log_table(maintainer.catalog, ref)
+    upkeep = maintainer.maintain_log_table()
+    for op in upkeep:
+        log = context.log.error if op.status == "failed" else context.log.info
+        log(f"{ref.key} {op.operation}: {op.status}: {op.details}")
     this_run = read_log(maintainer.catalog, ref, run_id=context.run.run_id)
     latest = sorted(this_run, key=lambda r: r["executed_at"], reverse=True)[:PREVIEW_ROWS]
     failures = [r for r in this_run if r["status"] == "failed"]
@@ -54,6 +58,13 @@ def maintenance_log(
             "rows": log_size(maintainer.catalog, ref),
             "rows_this_run": len(this_run),
             "failures_this_run": len(failures),
+            "log_table_upkeep": dg.MetadataValue.json(
+                {op.operation: {"status": op.status, "details": op.details} for op in upkeep}
+            ),
+            "log_table_files": upkeep[-1].after.data_files if upkeep and upkeep[-1].after else 0,
+            "log_table_snapshots": (
+                upkeep[-1].after.snapshots if upkeep and upkeep[-1].after else 0
+            ),
             "rows_of_this_run": dg.MetadataValue.md(_markdown(latest)),
         }
     )

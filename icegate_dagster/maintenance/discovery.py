@@ -65,17 +65,81 @@ def normalize_location(location: str) -> str:
     return f"{scheme}:{rest}".rstrip("/")
 
 
-def table_locations(catalog: Catalog) -> dict[str, str]:
-    """Every table of every namespace (``_`` tables included) and its normalized location."""
+def all_namespaces(catalog: Catalog) -> list[tuple[str, ...]]:
+    """Every namespace of the catalog, nested ones included (``list_namespaces(parent)``)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    found: list[tuple[str, ...]] = []
+    todo = [tuple(ns) for ns in catalog.list_namespaces()]
+    seen: set[tuple[str, ...]] = set()
+    while todo:
+        namespace = todo.pop()
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        found.append(namespace)
+        # Children only: a catalog that answers with the parent itself or with strangers
+        # (some list every namespace whatever the parent) cannot loop this forever.
+        try:
+            children = catalog.list_namespaces(namespace)
+        except (NoSuchNamespaceError, NotImplementedError):  # gone since, or never nested
+            continue
+        todo += [
+            tuple(child)
+            for child in children
+            if len(child) > len(namespace) and tuple(child[: len(namespace)]) == namespace
+        ]
+    return sorted(found)
+
+
+def table_locations(catalog: Catalog, unreadable: dict[str, str] | None = None) -> dict[str, str]:
+    """Every table of every namespace, nested ones and ``_`` tables included, and its
+    normalized location.
+
+    Fails closed: a table whose location cannot be read is recorded in ``unreadable``
+    (key -> error) when given, and otherwise raises, naming the table. (Its files could be
+    anywhere, inside another table's folder included.)
+    """
     locations: dict[str, str] = {}
-    for namespace in catalog.list_namespaces():
+    for namespace in all_namespaces(catalog):
         for identifier in catalog.list_tables(namespace):
+            key = ".".join(identifier)
             try:
-                table = catalog.load_table(identifier)
-            except Exception:  # an unreadable table is reported where it is maintained
+                location = catalog.load_table(identifier).location()
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                if unreadable is None:
+                    raise CatalogUnavailableError(
+                        f"cannot read the location of table {key!r}: {error}"
+                    ) from None
+                unreadable[key] = error
                 continue
-            locations[".".join(identifier)] = normalize_location(table.location())
+            locations[key] = normalize_location(location)
     return locations
+
+
+def wal_root_conflict(key: str, location: str, wal_root: str | None) -> str | None:
+    """Why ``wal.root`` and the table's folder cannot both be used, or ``None``.
+
+    ``wal.root`` inside the table's folder makes waiting WAL files look orphaned to the
+    table's orphan removal; the table's folder inside ``wal.root`` lets WAL work list the
+    table's own files.
+    """
+    if not wal_root:
+        return None
+    table, wal = normalize_location(location), normalize_location(wal_root)
+    if table == wal or wal.startswith(table + "/"):
+        where = "is" if table == wal else "lies inside"
+        return (
+            f"wal.root {wal_root} {where} the folder of table {key} ({location}): "
+            "its orphan removal would delete waiting WAL files"
+        )
+    if table.startswith(wal + "/"):
+        return (
+            f"the folder of table {key} ({location}) lies inside wal.root {wal_root}: "
+            "WAL work would list the table's own files"
+        )
+    return None
 
 
 def overlapping_tables(key: str, location: str, locations: dict[str, str]) -> list[str]:

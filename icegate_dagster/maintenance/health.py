@@ -88,7 +88,7 @@ def evaluate_health(
     )
 
     failed = [op for op in result.ops if op.status == "failed"]
-    errors = [f"{op.operation}: {op.error}" for op in failed]
+    errors = [f"{op.operation}: {op.error or op.details}" for op in failed]
     if result.error:
         errors.insert(0, result.error)
     checks.append(

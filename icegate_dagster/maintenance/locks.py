@@ -1,81 +1,212 @@
-"""One maintainer per table, across the whole deployment: a lease row in the catalog database.
+"""One maintainer per table, across the whole deployment: a lease row in a shared SQL database.
 
 Every process that maintains a table (CLI runs, Dagster runs, on any host)
-opens the same catalog, so a row in the catalog's own SQL database is a lock
-they all see. A lock is a lease: its holder renews it in the background while
-it works. A holder that died (crash, SIGKILL) loses it at once to a process of
-the same host, which sees that its pid is gone, and otherwise when the lease
-runs out, so a dead process never blocks a table for long. Catalogs without a SQL
-database (REST, Glue, ...) get no lock here; Dagster's pool limit still keeps
-maintenance steps apart there.
+uses the same lease store: ``maintain.locks.uri`` when set, else the catalog's
+own SQL database (SQLite, PostgreSQL), else a SQLite file beside the
+configuration (one host only: REST catalogs on several hosts must set
+``maintain.locks.uri``, e.g. the Dagster instance's PostgreSQL).
+
+A lease is a row ``(table, token, holder, acquired_at, expires_at)``. Every
+acquisition gets a fresh random token, so two threads of one process, or two
+containers that share a hostname and PID namespace, are never mistaken for one
+another. Times are the **database's** clock (``now()`` evaluated in SQL), so a
+host whose clock runs fast cannot take a live lease. The holder renews its
+lease in the background; a holder that dies simply stops renewing and its
+lease runs out. A holder that cannot renew stops itself: it considers the
+lease lost two thirds into the lease (measured on its own monotonic clock),
+before anyone else may take it over, and cancels its running Spark jobs.
+Before every commit and every delete the operation re-checks, in the database,
+that the lease is still its own (:func:`check_lease`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
+from icegate_dagster.errors import IcegateError
 
-LOCK_TABLE = "icegate_maintenance_locks"
-#: A holder renews its lease every third of this; a dead holder's lock frees after it.
+LEASE_TABLE = "icegate_table_leases"
+#: A holder renews its lease every third of this; a dead holder's lease frees after it.
 DEFAULT_LEASE = timedelta(minutes=2)
+#: A holder that has held a table this long is reported as stuck instead of waited for.
+DEFAULT_STUCK_AFTER = timedelta(hours=6)
+
+
+class LeaseLostError(IcegateError):
+    """The table's lease is no longer ours: the operation stops before it commits."""
+
+
+def _db_now(dialect: str) -> Any:
+    """The database's current time in epoch seconds, as a SQL expression."""
+    from sqlalchemy import literal_column
+
+    if dialect == "sqlite":
+        return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+    if dialect == "postgresql":
+        return literal_column("extract(epoch from clock_timestamp())")
+    if dialect in ("mysql", "mariadb"):
+        return literal_column("UNIX_TIMESTAMP(NOW(6))")
+    raise IcegateError(
+        f"maintain.locks.uri: the {dialect!r} database cannot keep leases "
+        "(supported: sqlite, postgresql, mysql)"
+    )
+
+
+def holder_description(run_id: str) -> str:
+    """Who a lease holder is, for people: ``host:pid:run``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
 
 
 @dataclass(frozen=True)
 class LockHolder:
-    """Who holds a table, and until when unless they renew."""
+    """Who holds a table, since when and until when unless they renew (database clock)."""
 
     owner: str
     expires_at: datetime
+    acquired_at: datetime | None = None
+    #: How long it has held the table, by the database's clock.
+    held_for: timedelta = timedelta(0)
 
     def describe(self) -> str:
-        """For messages: ``host:pid:run (lease until 12:00:00 UTC)``."""
-        return f"{self.owner} (lease until {self.expires_at:%Y-%m-%d %H:%M:%S} UTC)"
+        """For messages: ``host:pid:run (since 10:00:00 UTC, lease until 12:00:00 UTC)``."""
+        since = f"since {self.acquired_at:%Y-%m-%d %H:%M:%S} UTC, " if self.acquired_at else ""
+        return f"{self.owner} ({since}lease until {self.expires_at:%Y-%m-%d %H:%M:%S} UTC)"
 
 
-def lock_owner(run_id: str) -> str:
-    """This process's identity as a lock holder."""
-    return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
+def _stamp(value: Any) -> datetime:
+    return datetime.fromtimestamp(float(value), UTC)
 
 
-def holder_is_dead(owner: str) -> bool:
-    """Whether ``owner`` (``host:pid:run``) was a process of this host that no longer runs."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
+class Lease:
+    """A lease this process holds: renewed in the background, checked before commits."""
+
+    def __init__(self, store: TableLocks, table: str, token: str, holder: str) -> None:
+        self.store = store
+        self.table = table
+        self.token = token
+        self.holder = holder
+        self.lost = threading.Event()
+        self.reason = ""
+        self._renewed = time.monotonic()
+        self._on_lost: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    @property
+    def _margin(self) -> float:
+        # Consider the lease gone well before another process may take it over.
+        return self.store.lease.total_seconds() * 2 / 3
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) if the lease is lost while held."""
+        with self._guard:
+            self._on_lost.append(callback)
+        if self.lost.is_set():
+            callback()
+
+    def _lose(self, reason: str) -> None:
+        with self._guard:
+            if self.lost.is_set():
+                return
+            self.reason = reason
+            self.lost.set()
+            callbacks = list(self._on_lost)
+        for callback in callbacks:
+            with contextlib.suppress(Exception):
+                callback()
+
+    def renew(self) -> None:
+        """Extend the lease; a lease that is no longer ours, or could not be renewed in
+        time, is marked lost."""
+        try:
+            ours = self.store.renew(self.table, self.token)
+        except Exception as exc:  # the store is unreachable: retried until the margin
+            if time.monotonic() - self._renewed > self._margin:
+                self._lose(f"its lease could not be renewed for {self._margin:.0f}s ({exc})")
+            return
+        if ours:
+            self._renewed = time.monotonic()
+        else:
+            other = self.store.holder(self.table)
+            self._lose(f"its lease was taken over by {other.describe() if other else 'nobody'}")
+
+    def verify(self) -> None:
+        """Raise :class:`LeaseLostError` unless the lease is ours, checked in the database."""
+        if not self.lost.is_set() and time.monotonic() - self._renewed > self._margin:
+            self._lose(f"its lease was not renewed for {self._margin:.0f}s")
+        if not self.lost.is_set():
+            try:
+                ours = self.store.owns(self.table, self.token)
+            except Exception as exc:
+                raise LeaseLostError(
+                    f"{self.table}: cannot confirm its lease before committing ({exc}); "
+                    "nothing committed"
+                ) from None
+            if not ours:
+                other = self.store.holder(self.table)
+                self._lose(
+                    f"its lease was taken over by {other.describe() if other else 'nobody'}"
+                )
+        if self.lost.is_set():
+            raise LeaseLostError(f"{self.table}: {self.reason}; stopped before committing")
+
+
+#: The lease of the operation running in this thread (see :func:`check_lease`).
+_current: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "icegate_commit_guard", default=None
+)
+
+
+def check_lease() -> None:
+    """Called right before every commit and every delete: raises when the running operation's
+    lease is no longer ours (a no-op outside a leased operation, e.g. a dry run)."""
+    guard = _current.get()
+    if guard is not None:
+        guard()
+
+
+@contextlib.contextmanager
+def commit_guard(guard: Callable[[], None]) -> Iterator[None]:
+    """Make ``guard`` what :func:`check_lease` calls in this thread for the block."""
+    token = _current.set(guard)
     try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, someone else's
-        return False
-    return False
+        yield
+    finally:
+        _current.reset(token)
 
 
 class TableLocks:
-    """Leases on tables, stored in a SQL database (the catalog's, normally)."""
+    """Leases on tables, stored in a SQL database shared by every maintainer."""
 
-    def __init__(self, engine: Any, lease: timedelta = DEFAULT_LEASE) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        lease: timedelta = DEFAULT_LEASE,
+        stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    ) -> None:
         from sqlalchemy import Column, Float, MetaData, String, Table
 
         self.engine = engine
         self.lease = lease
+        self.stuck_after = stuck_after
+        self.now = _db_now(engine.dialect.name)
         metadata = MetaData()
         self.table = Table(
-            LOCK_TABLE,
+            LEASE_TABLE,
             metadata,
             Column("table_name", String(512), primary_key=True),
-            Column("owner", String(512), nullable=False),
+            Column("token", String(64), nullable=False),
+            Column("holder", String(512), nullable=False),
+            Column("acquired_at", Float, nullable=False),
             Column("expires_at", Float, nullable=False),
         )
         try:
@@ -84,64 +215,72 @@ class TableLocks:
             # Another process created it between the check and the create: fine if it exists.
             from sqlalchemy import inspect
 
-            if not inspect(engine).has_table(LOCK_TABLE):
+            if not inspect(engine).has_table(LEASE_TABLE):
                 raise
 
     @classmethod
-    def for_catalog(cls, catalog: Catalog, lease: timedelta = DEFAULT_LEASE) -> TableLocks | None:
-        """The catalog's lock table, or None for a catalog without a SQL database."""
-        engine = getattr(catalog, "engine", None)
-        if engine is None or type(engine).__name__ != "Engine":
-            return None
-        return cls(engine, lease)
+    def for_catalog(
+        cls,
+        catalog: Any,
+        *,
+        uri: str | None = None,
+        fallback_uri: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    ) -> TableLocks | None:
+        """The deployment's lease store: ``uri`` if given, else the catalog's own SQL
+        database, else ``fallback_uri`` (a SQLite file beside the configuration)."""
+        engine = None
+        if uri is None:
+            candidate = getattr(catalog, "engine", None)
+            if candidate is not None and type(candidate).__name__ == "Engine":
+                engine = candidate
+            else:
+                uri = fallback_uri
+        if engine is None:
+            if uri is None:
+                return None
+            engine = _engine(uri)
+        return cls(engine, lease, stuck_after)
 
-    def try_acquire(self, table: str, owner: str) -> LockHolder | None:
-        """Take ``table`` (or a lease that ran out); None on success, else the holder."""
-        from sqlalchemy import insert, select, update
+    def _values(self, token: str, holder: str) -> dict[str, Any]:
+        seconds = self.lease.total_seconds()
+        return {
+            "token": token,
+            "holder": holder[:512],
+            "acquired_at": self.now,
+            "expires_at": self.now + seconds,
+        }
+
+    def try_acquire(self, table: str, token: str, holder: str) -> LockHolder | None:
+        """Take ``table`` (or a lease that ran out, by the database's clock); None on
+        success, else the current holder."""
+        from sqlalchemy import insert, update
         from sqlalchemy.exc import IntegrityError
 
-        now = time.time()
-        expires = now + self.lease.total_seconds()
         locks = self.table
         try:
             with self.engine.begin() as conn:
-                conn.execute(
-                    insert(locks).values(table_name=table, owner=owner, expires_at=expires)
-                )
+                conn.execute(insert(locks).values(table_name=table, **self._values(token, holder)))
             return None
         except IntegrityError:
             pass
         with self.engine.begin() as conn:
-            # Take over only a lease that ran out (or our own): one statement, so one winner.
+            # Take over only a lease that ran out: one statement, so one winner.
             taken = conn.execute(
                 update(locks)
                 .where(locks.c.table_name == table)
-                .where((locks.c.expires_at < now) | (locks.c.owner == owner))
-                .values(owner=owner, expires_at=expires)
+                .where(locks.c.expires_at < self.now)
+                .values(**self._values(token, holder))
             )
             if taken.rowcount == 1:
                 return None
-            row = conn.execute(
-                select(locks.c.owner, locks.c.expires_at).where(locks.c.table_name == table)
-            ).first()
-        if row is None:  # released in between: try once more
-            return self.try_acquire(table, owner)
-        holder = str(row[0])
-        if holder_is_dead(holder):
-            # A process of this host that died holding the lease: no need to wait it out.
-            with self.engine.begin() as conn:
-                taken = conn.execute(
-                    update(locks)
-                    .where(locks.c.table_name == table)
-                    .where(locks.c.owner == holder)
-                    .values(owner=owner, expires_at=expires)
-                )
-            if taken.rowcount == 1:
-                return None
-            return self.try_acquire(table, owner)
-        return LockHolder(holder, datetime.fromtimestamp(float(row[1]), UTC))
+        other = self.holder(table)
+        if other is None:  # released in between: try once more
+            return self.try_acquire(table, token, holder)
+        return other
 
-    def renew(self, table: str, owner: str) -> bool:
+    def renew(self, table: str, token: str) -> bool:
         """Extend our lease; False if it is no longer ours."""
         from sqlalchemy import update
 
@@ -149,12 +288,25 @@ class TableLocks:
             result = conn.execute(
                 update(self.table)
                 .where(self.table.c.table_name == table)
-                .where(self.table.c.owner == owner)
-                .values(expires_at=time.time() + self.lease.total_seconds())
+                .where(self.table.c.token == token)
+                .values(expires_at=self.now + self.lease.total_seconds())
             )
         return bool(result.rowcount == 1)
 
-    def release(self, table: str, owner: str) -> None:
+    def owns(self, table: str, token: str) -> bool:
+        """Whether ``token`` holds a live lease on ``table`` now, by the database's clock."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(self.table.c.token)
+                .where(self.table.c.table_name == table)
+                .where(self.table.c.token == token)
+                .where(self.table.c.expires_at >= self.now)
+            ).first()
+        return row is not None
+
+    def release(self, table: str, token: str) -> None:
         """Give ``table`` back (only if we hold it)."""
         from sqlalchemy import delete
 
@@ -162,50 +314,80 @@ class TableLocks:
             conn.execute(
                 delete(self.table)
                 .where(self.table.c.table_name == table)
-                .where(self.table.c.owner == owner)
+                .where(self.table.c.token == token)
             )
 
     def holder(self, table: str) -> LockHolder | None:
-        """Who holds ``table`` now, if anyone (an expired lease counts as free)."""
+        """Who holds ``table`` now, if anyone (a lease that ran out counts as free)."""
         from sqlalchemy import select
 
+        locks = self.table
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(self.table.c.owner, self.table.c.expires_at).where(
-                    self.table.c.table_name == table
-                )
+                select(locks.c.holder, locks.c.expires_at, locks.c.acquired_at, self.now)
+                .where(locks.c.table_name == table)
+                .where(locks.c.expires_at >= self.now)
             ).first()
-        if row is None or float(row[1]) < time.time():
+        if row is None:
             return None
-        return LockHolder(str(row[0]), datetime.fromtimestamp(float(row[1]), UTC))
+        held = max(0.0, float(row[3]) - float(row[2]))
+        return LockHolder(
+            str(row[0]), _stamp(row[1]), _stamp(row[2]), timedelta(seconds=held)
+        )
 
     @contextlib.contextmanager
-    def hold(self, table: str, owner: str, wait: timedelta) -> Iterator[LockHolder | None]:
-        """Hold ``table`` for the block, renewing the lease; yields None, or the other holder
-        when it could not be had within ``wait`` (the block then must not touch the table)."""
+    def hold(self, table: str, holder: str, wait: timedelta) -> Iterator[Lease | LockHolder]:
+        """Hold ``table`` for the block, renewing the lease: yields the :class:`Lease`, or the
+        other :class:`LockHolder` when it could not be had within ``wait`` (the block then
+        must not touch the table)."""
+        token = uuid.uuid4().hex
         deadline = time.monotonic() + wait.total_seconds()
         while True:
-            other = self.try_acquire(table, owner)
+            other = self.try_acquire(table, token, holder)
             if other is None or time.monotonic() >= deadline:
                 break
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         if other is not None:
             yield other
             return
+        lease = Lease(self, table, token, holder)
         stop = threading.Event()
-        interval = self.lease.total_seconds() / 3
+        interval = self.lease.total_seconds() / 6
 
         def keep_alive() -> None:
-            while not stop.wait(interval):
-                with contextlib.suppress(Exception):  # a missed renewal is retried next time
-                    self.renew(table, owner)
+            while not stop.wait(interval) and not lease.lost.is_set():
+                lease.renew()
 
         renewer = threading.Thread(target=keep_alive, name=f"lease {table}", daemon=True)
         renewer.start()
         try:
-            yield None
+            yield lease
         finally:
             stop.set()
             renewer.join(timeout=5)
             with contextlib.suppress(Exception):  # the lease frees it anyway
-                self.release(table, owner)
+                self.release(table, token)
+
+
+_engines: dict[str, Any] = {}
+_engines_lock = threading.Lock()
+
+
+def _engine(uri: str) -> Any:
+    """One SQLAlchemy engine per lease-store URI per process."""
+    from pathlib import Path
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    with _engines_lock:
+        engine = _engines.get(uri)
+        if engine is None:
+            url = make_url(uri)
+            if url.get_backend_name() == "sqlite" and url.database:
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                engine = create_engine(url, connect_args={"timeout": 30})
+            else:
+                engine = create_engine(url, pool_pre_ping=True)
+            _engines[uri] = engine
+        return engine

@@ -8,11 +8,12 @@ itself runs on Spark, which is started only when an operation needs it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
@@ -29,9 +30,16 @@ from icegate_dagster.maintenance.discovery import (
     discover_tables,
     overlapping_tables,
     table_locations,
+    wal_root_conflict,
 )
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.locks import LockHolder, TableLocks, lock_owner
+from icegate_dagster.maintenance.locks import (
+    Lease,
+    LockHolder,
+    TableLocks,
+    commit_guard,
+    holder_description,
+)
 from icegate_dagster.maintenance.log import (
     append_log_rows,
     append_log_rows_without_spark,
@@ -60,11 +68,53 @@ SparkProvider = Callable[[], "SparkSession"]
 
 #: Tables whose log rows a pass writes together (a crash loses at most these rows).
 LOG_BATCH_TABLES = 25
+#: The log table keeps this many snapshots; it is expired once it has twice as many.
+LOG_TABLE_SNAPSHOTS = 20
+#: Small log files compacted together, and manifests above which they are rewritten.
+LOG_TABLE_SMALL_FILES = 20
+LOG_TABLE_MAX_MANIFESTS = 20
+
+
+def log_table_settings(defaults: TableSettings) -> TableSettings:
+    """The log table's own upkeep: nobody time-travels it, so it keeps its last
+    ``LOG_TABLE_SNAPSHOTS`` snapshots whatever their age, and compacts its one-file
+    appends in groups of ``LOG_TABLE_SMALL_FILES`` (``maintain.tables.<log table>``
+    overrides all of this)."""
+    return dataclasses.replace(
+        defaults,
+        optimize=defaults.optimize.model_copy(update={"min_input_files": LOG_TABLE_SMALL_FILES}),
+        expire_snapshots=defaults.expire_snapshots.model_copy(
+            update={"retention_threshold": timedelta(seconds=1), "retain_last": LOG_TABLE_SNAPSHOTS}
+        ),
+        retention=None,
+    )
 
 
 def unreadable_result(table: str, operation: str, error: str) -> OpResult:
     """The outcome of an operation on a table whose metadata could not be read."""
     return OpResult(table, operation, "failed", error, None, None, 0.0, error=error)
+
+
+#: Operations that delete files and that Iceberg refuses on a table with ``gc.enabled=false``.
+GC_OPERATIONS = ("expire_snapshots", "remove_orphan_files")
+
+
+def gc_disabled(table: Table) -> str | None:
+    """Why GC operations are planned away on ``table``, or ``None`` when GC is on.
+
+    Iceberg reads ``gc.enabled`` as Java's ``Boolean.parseBoolean``: any value other than
+    ``true`` (any case) turns GC off, and then ``expire_snapshots`` and
+    ``remove_orphan_files`` throw ``ValidationException: ... GC is disabled``.
+    """
+    value = table.properties.get("gc.enabled")
+    if value is None or value.lower() == "true":
+        return None
+    return (
+        f"gc.enabled={value} on this table: its files may be shared (Nessie sets this; so do "
+        "tables that share files), so snapshots are not expired and orphans not removed here. "
+        "Run the catalog owner's own GC instead (for Nessie: Nessie GC's mark-and-sweep, "
+        "see README 'Tables with GC turned off'); compaction still runs"
+    )
 
 
 def new_run_id() -> str:
@@ -98,9 +148,12 @@ class Maintainer:
         self._locks: TableLocks | None = None
         self._locks_checked = False
         self._locations: dict[str, str] | None = None
+        self._unreadable_locations: dict[str, str] = {}
         self._stats_cache: dict[tuple[str, str], TableStats] = {}
         self._init_lock = threading.Lock()
         self._log_ready = False
+        #: The log table's own upkeep in the last :meth:`maintain` (see maintain_log_table).
+        self.log_upkeep: list[OpResult] = []
 
     @property
     def catalog(self) -> Catalog:
@@ -166,7 +219,7 @@ class Maintainer:
         except IcegateError:
             raise
         except Exception as exc:  # corrupt or unreachable metadata: name the table
-            detail = scrub(ops.describe_error(exc), self.config.catalog)
+            detail = scrub(ops.describe_error(exc), self.config)
             raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
@@ -180,8 +233,31 @@ class Maintainer:
         return tuple(op for op in OPERATIONS if op not in left_out)
 
     def settings(self, ref: TableRef) -> TableSettings:
-        """The table's effective settings."""
+        """The table's effective settings (the log table's own unless configured)."""
+        if ref.key == self.config.log_table and ref.key not in self.config.table_overrides:
+            return log_table_settings(self.config.defaults)
         return self.config.for_table(ref.key)
+
+    def maintain_log_table(self) -> list[OpResult]:
+        """Keep the log table from rotting: every pass appends to it, so its small files,
+        snapshots and manifests are compacted, expired and rewritten once they pass
+        bounds (planned from metadata: most passes start no Spark job for it). Its
+        outcomes are returned, not logged into itself."""
+        ref = self.log_table
+        try:
+            table = self.load(ref)
+        except TableNotFoundError:
+            return []
+        stats = self.stats(ref, table)
+        due = []
+        if stats.compactable_files:
+            due.append("optimize")
+        if stats.manifests > LOG_TABLE_MAX_MANIFESTS:
+            due.append("rewrite_manifests")
+        if stats.snapshots > 2 * LOG_TABLE_SNAPSHOTS:
+            due.append("expire_snapshots")
+        due.append("remove_orphan_files")  # planned from one listing: usually skipped
+        return [self.run_op(ref, operation) for operation in due]
 
     def stats(self, ref: TableRef, table: Table | None = None) -> TableStats:
         """Files, bytes, small files, snapshots, rows and manifests of a table."""
@@ -235,21 +311,18 @@ class Maintainer:
         error: str | None = None
         status: Status
         try:
-            with self._table_lock(ref, locked) as other:
+            with self._table_lock(ref, locked) as held:
                 table = self.load(ref)
                 before = self.stats(ref, table)
-                if other is None:
-                    status, details, output = action(table, before)
+                if isinstance(held, LockHolder):
+                    status, details = self._held_elsewhere(ref, held)
+                    if status == "failed":
+                        error = details
                 else:
-                    status, details = (
-                        "skipped",
-                        (
-                            f"{ref.key} is being maintained by {other.describe()}; "
-                            f"waited {self.config.lock_wait.total_seconds():g}s, left it alone"
-                        ),
-                    )
+                    with commit_guard(self._guard(ref, held)):
+                        status, details, output = action(table, before)
         except Exception as exc:  # rule: a failing op never stops the others
-            error = scrub(ops.describe_error(exc), self.config.catalog)
+            error = scrub(ops.describe_error(exc), self.config)
             status, details = "failed", error
         try:
             after = self.stats(ref) if before is not None else None
@@ -272,7 +345,19 @@ class Maintainer:
         orphaned to it, so tables whose locations overlap are refused."""
         with self._init_lock:
             if self._locations is None:
-                self._locations = table_locations(self.catalog)
+                unreadable: dict[str, str] = {}
+                self._locations = table_locations(self.catalog, unreadable)
+                self._unreadable_locations = unreadable
+        # Fail closed: a table whose location is unknown may lie inside this one's folder.
+        unknown = {k: v for k, v in self._unreadable_locations.items() if k != ref.key}
+        if unknown:
+            named = "; ".join(f"{k} ({scrub(v, self.config)})" for k, v in unknown.items())
+            raise OperationError(
+                f"refusing remove_orphan_files on {ref.key}: the location of "
+                f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
+                f"in {table.location()} and look orphaned: {named}; repair or drop "
+                f"{'it' if len(unknown) == 1 else 'them'} first"
+            )
         shared = overlapping_tables(ref.key, table.location(), self._locations)
         if shared:
             raise OperationError(
@@ -283,20 +368,66 @@ class Maintainer:
 
     @property
     def locks(self) -> TableLocks | None:
-        """The deployment-wide table locks (in the catalog's database), if it has one."""
-        with self._init_lock:  # tables maintained in parallel share one lock table
+        """The deployment-wide lease store: ``maintain.locks.uri``, else the catalog's own
+        SQL database, else a SQLite file beside the configuration."""
+        with self._init_lock:  # tables maintained in parallel share one lease store
             if not self._locks_checked:
-                self._locks = TableLocks.for_catalog(self.catalog)
+                settings = self.config.locks
+                self._locks = TableLocks.for_catalog(
+                    self.catalog,
+                    uri=settings.uri,
+                    fallback_uri=self.config.locks_fallback_uri,
+                    lease=settings.lease,
+                    stuck_after=settings.stuck_after,
+                )
                 self._locks_checked = True
         return self._locks
 
     @contextlib.contextmanager
-    def _table_lock(self, ref: TableRef, locked: bool) -> Iterator[LockHolder | None]:
+    def _table_lock(self, ref: TableRef, locked: bool) -> Iterator[Lease | LockHolder | None]:
         if not locked or self.locks is None:
             yield None
             return
-        with self.locks.hold(ref.key, lock_owner(self.run_id), self.config.lock_wait) as other:
-            yield other
+        holder = holder_description(self.run_id)
+        with self.locks.hold(ref.key, holder, self.config.lock_wait) as held:
+            yield held
+
+    def _held_elsewhere(self, ref: TableRef, other: LockHolder) -> tuple[Status, str]:
+        """A table another maintainer holds is skipped; one held past ``stuck_after`` fails,
+        naming the holder, so a stuck holder cannot make a table skip silently forever."""
+        stuck_after = self.config.locks.stuck_after
+        if other.held_for >= stuck_after:
+            return (
+                "failed",
+                f"{ref.key} has been held by {other.describe()} for "
+                f"{format_duration(other.held_for)} (over maintain.locks.stuck_after "
+                f"{format_duration(stuck_after)}): is that maintainer stuck? Stop it, or delete "
+                f"its row from the lease table icegate_table_leases",
+            )
+        return (
+            "skipped",
+            f"{ref.key} is being maintained by {other.describe()}; "
+            f"waited {self.config.lock_wait.total_seconds():g}s, left it alone",
+        )
+
+    def _guard(self, ref: TableRef, lease: Lease | None) -> Callable[[], None]:
+        """What runs right before each commit and delete of an operation: the test-only
+        fault hook, then the lease check in the database. While the lease is held, losing
+        it cancels the Spark jobs this thread started, so nothing commits after."""
+
+        def guard() -> None:
+            if self.fault_hook is not None:
+                self.fault_hook("before_commit")
+            if lease is None:
+                return
+            lease.verify()
+            spark = self._spark
+            if spark is not None:
+                context = spark.sparkContext
+                context.setJobGroup(lease.token, f"icegate {ref.key}", True)
+                lease.on_lost(lambda: context.cancelJobGroup(lease.token))
+
+        return guard
 
     def _dispatch(
         self,
@@ -309,6 +440,16 @@ class Maintainer:
     ) -> tuple[Status, str, dict[str, object]]:
         settings = self.settings(ref)
         now = datetime.now(UTC)
+        if operation in ("wal_compaction", "remove_orphan_files"):
+            # Paths cannot cross: orphan removal would delete waiting WAL files, or WAL
+            # work would list the table's own files.
+            conflict = wal_root_conflict(ref.key, table.location(), self.config.wal_root)
+            if conflict is not None:
+                raise OperationError(f"refusing {operation} on {ref.key}: {conflict}")
+        if operation in GC_OPERATIONS:
+            gc_off = gc_disabled(table)
+            if gc_off is not None:
+                return "skipped", gc_off, {}
         if operation == "wal_compaction":  # an empty table still takes its WAL
             if dry_run:
                 return "skipped", self._plan_wal(ref, settings), {}
@@ -368,7 +509,7 @@ class Maintainer:
         elif operation == "retention":
             if settings.retention is None:
                 return "skipped", "no retention rule for this table", {}
-            outcome = ops.retention(self.spark, catalog, ref, settings.retention, now)
+            outcome = ops.retention(self.spark, catalog, ref, settings.retention, now, table)
         else:  # run_op validated the name; a new operation must be wired in here
             raise IcegateError(f"operation {operation!r} has no implementation")
         return "completed", outcome.details, outcome.output
@@ -425,7 +566,7 @@ class Maintainer:
             before: TableStats | None = self.stats(ref)
         except Exception as exc:
             # Rule 1: every outcome reaches the log, a table that cannot be read included.
-            message = scrub(ops.describe_error(exc), self.config.catalog)
+            message = scrub(ops.describe_error(exc), self.config)
             failed = [unreadable_result(ref.key, name, message) for name in operations]
             result = TableResult(
                 ref.key, None, None, failed, time.monotonic() - started, error=message
@@ -486,6 +627,8 @@ class Maintainer:
                         finished(futures[future], future.result())
         finally:
             self.write_logs(unlogged)
+        if not dry_run and refs:
+            self.log_upkeep = self.maintain_log_table()
         return [done[i] for i in range(len(refs))]
 
     def write_logs(self, results: list[TableResult]) -> None:
@@ -538,7 +681,7 @@ class Maintainer:
                 return
             append_log_rows(spark, self.config.catalog.name, self.log_table, rows)
         except Exception as exc:
-            message = scrub(ops.describe_error(exc), self.config.catalog)
+            message = scrub(ops.describe_error(exc), self.config)
             if table_result is None:
                 raise IcegateError(f"cannot write the maintenance log: {message}") from None
             table_result.error = f"maintenance log not written: {message}"

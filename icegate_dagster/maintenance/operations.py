@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import (
@@ -20,6 +20,7 @@ from icegate_dagster.config import (
 )
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
+from icegate_dagster.maintenance.locks import check_lease
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -81,13 +82,28 @@ def _call(spark: SparkSession, catalog: str, procedure: str, args: dict[str, str
     for attempt in retrying:
         with attempt:
             attempts += 1
+            check_lease()  # the procedure commits: only while the table's lease is ours
             rows = spark.sql(sql).collect()
     return Called(rows, attempts - 1, time.perf_counter() - started)
 
 
+def _utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive ``moment`` is taken to be UTC already."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _wall_clock(moment: datetime) -> str:
+    return _utc(moment).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def _timestamp(moment: datetime) -> str:
-    # The session time zone is UTC, so a naive literal means UTC.
-    return f"TIMESTAMP {sql_string(moment.strftime('%Y-%m-%d %H:%M:%S.%f'))}"
+    """An instant as a TIMESTAMP literal: the UTC offset is spelled out.
+
+    A zone-less literal is read in ``spark.sql.session.timeZone``, which users may set
+    (rule 7). Iceberg's CALL takes literals only (``TIMESTAMP_MILLIS(n)`` is refused by
+    its parser), and a literal with an offset is an instant whatever the session says.
+    """
+    return f"TIMESTAMP {sql_string(_wall_clock(moment) + '+00:00')}"
 
 
 def _options(options: dict[str, str]) -> str:
@@ -218,25 +234,63 @@ def remove_orphan_files(
     )
 
 
+def retention_condition(
+    ref: TableRef, rule: RetentionSettings, cutoff: datetime, table: Table
+) -> tuple[str, str]:
+    """The TTL filter for ``rule.column`` from its Iceberg type, and the bound for people.
+
+    The filter holds exactly for rows past ``cutoff`` whatever the session time zone:
+    ``timestamptz`` is compared with the instant, ``timestamp`` (a UTC wall clock by
+    convention) with the cutoff's UTC wall clock, and ``date`` with the cutoff's UTC
+    date (a day is past once it ended, at the next midnight UTC, by the cutoff).
+    """
+    from pyiceberg import types as t
+
+    try:
+        field = table.schema().find_field(rule.column, case_sensitive=False)
+    except ValueError:
+        raise OperationError(
+            f"table {ref.key}: retention column {rule.column!r} is not in the table"
+        ) from None
+    column = quote_identifier(rule.column)
+    wall = _wall_clock(cutoff)
+    kind = field.field_type
+    if isinstance(kind, t.TimestamptzType):
+        return f"{column} < {_timestamp(cutoff)}", f"{wall} UTC"
+    if isinstance(kind, t.TimestampType):
+        return f"{column} < TIMESTAMP_NTZ {sql_string(wall)}", f"{wall} (UTC wall clock)"
+    if isinstance(kind, t.DateType):
+        day = _utc(cutoff).date().isoformat()
+        return f"{column} < DATE {sql_string(day)}", f"{day} (days that ended by the cutoff)"
+    raise OperationError(
+        f"table {ref.key}: retention column {rule.column!r} has type {kind}; "
+        "TTL needs a timestamptz, timestamp or date column"
+    )
+
+
 def retention(
-    spark: SparkSession, catalog: str, ref: TableRef, rule: RetentionSettings, now: datetime
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    rule: RetentionSettings,
+    now: datetime,
+    table: Table,
 ) -> ProcedureOutcome:
     """Delete rows whose ``rule.column`` is older than ``rule.days`` days (TTL).
 
-    A filter aligned with the table's partitions is applied by Iceberg as a
-    metadata-only delete (whole files dropped, nothing rewritten).
+    ``table`` (pyiceberg) gives the column's type, which decides the comparison (see
+    :func:`retention_condition`). A filter aligned with the table's partitions is
+    applied by Iceberg as a metadata-only delete (whole files dropped, nothing rewritten).
     """
-    cutoff = now - timedelta(days=rule.days)
-    table = ref.spark_identifier(catalog)
-    condition = f"{quote_identifier(rule.column)} < {_timestamp(cutoff)}"
-    doomed = int(spark.sql(f"SELECT count(*) FROM {table} WHERE {condition}").collect()[0][0])
+    cutoff = _utc(now) - timedelta(days=rule.days)
+    condition, bound = retention_condition(ref, rule, cutoff, table)
+    name = ref.spark_identifier(catalog)
+    doomed = int(spark.sql(f"SELECT count(*) FROM {name} WHERE {condition}").collect()[0][0])
     if doomed:
-        spark.sql(f"DELETE FROM {table} WHERE {condition}")
+        check_lease()
+        spark.sql(f"DELETE FROM {name} WHERE {condition}")
     return ProcedureOutcome(
-        details=(
-            f"deleted {doomed} rows with {rule.column} before {cutoff:%Y-%m-%d %H:%M:%S} UTC "
-            f"({rule.days} days)"
-        ),
+        details=f"deleted {doomed} rows with {rule.column} before {bound} ({rule.days} days)",
         output={"rows_deleted": doomed, "cutoff": cutoff.isoformat()},
     )
 

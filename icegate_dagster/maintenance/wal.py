@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from icegate_dagster.config import CompactionSettings
+from icegate_dagster.errors import InvalidIdentifierError
 from icegate_dagster.maintenance.identifiers import TableRef
 
 if TYPE_CHECKING:
@@ -56,8 +57,33 @@ class WalFile:
         return (self.name, self.size, self.modified_ns)
 
 
+def wal_folder_problem(part: str) -> str | None:
+    """Why ``part`` (a namespace or table name) cannot be one folder under ``wal.root``:
+    a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded
+    (URI parsers such as pyarrow's and Hadoop's decode them). ``None`` when it can."""
+    from urllib.parse import unquote
+
+    for spelling in dict.fromkeys((part, unquote(part))):
+        if not spelling:
+            return "is empty"
+        if "/" in spelling or "\\" in spelling:
+            return "contains a path separator ('/' or '\\')"
+        if spelling in (".", ".."):
+            return f"is {spelling!r}"
+    return None
+
+
 def wal_location(wal_root: str, ref: TableRef) -> str:
-    """``<wal.root>/<namespace>/<table>``."""
+    """``<wal.root>/<namespace>/<table>``; a name that would leave that folder is refused
+    (TableRef allows such names for ordinary maintenance, never for WAL work)."""
+    for what, part in (("namespace", ref.namespace), ("table name", ref.name)):
+        problem = wal_folder_problem(part)
+        if problem is not None:
+            raise InvalidIdentifierError(
+                f"table {ref.key!r}: no WAL work for it: its {what} {part!r} {problem}, so "
+                f"its WAL folder would not be one folder under wal.root ({wal_root}); rename "
+                "the table to use a WAL"
+            )
     return f"{wal_root.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 

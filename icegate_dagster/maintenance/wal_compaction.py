@@ -22,14 +22,17 @@ import json
 import os
 import re
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import CompactionSettings
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
+from icegate_dagster.maintenance.locks import check_lease
 from icegate_dagster.maintenance.operations import describe_error
 from icegate_dagster.maintenance.results import Status
 from icegate_dagster.maintenance.wal import (
@@ -45,11 +48,21 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
     from pyiceberg.types import IcebergType
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 #: Snapshot summary keys written by every WAL commit.
 BATCH_PROPERTY = "icegate.wal-batch"
 FILES_PROPERTY = "icegate.wal-files"
+#: Table property naming the WAL files committed but perhaps not yet deleted. Written in
+#: the same atomic commit as the data, and kept in table metadata (not in a snapshot), so
+#: an expiry run by any engine between a crash and the next run cannot remove it.
+LEDGER_PROPERTY = "icegate.wal-ledger"
+#: Staging branches: Spark writes a batch there, then one validated commit publishes it.
+STAGING_PREFIX = "icegate_wal_"
+#: A staging branch older than this belongs to a run that died before publishing.
+STALE_STAGING = timedelta(hours=1)
+#: Publish attempts when other writers keep committing first (each re-checks the WAL record).
+PUBLISH_ATTEMPTS = 8
 
 #: The step boundaries of a compaction, where a crash is survivable by design.
 CHECKPOINTS = ("before_write", "after_commit", "mid_delete", "after_delete")
@@ -75,21 +88,38 @@ def _checkpoint(point: str, hook: FaultHook | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def committed_wal_files(table: Table) -> set[tuple[str, int, int]]:
-    """``(name, size, mtime_ns)`` of every WAL file recorded by a snapshot the table still has.
+def _identities(text: str | None) -> set[tuple[str, int, int]]:
+    if not text:
+        return set()
+    try:
+        return {(str(n), int(size), int(ns)) for n, size, ns in json.loads(text)}
+    except (ValueError, TypeError):  # not ours (or damaged): it records nothing we wrote
+        return set()
 
-    The modification time tells a new file apart from an ingested one of the same name.
+
+def _main_ancestry(table: Table) -> Iterator[Any]:
+    snapshot = table.current_snapshot()
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)
+        yield snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+
+
+def committed_wal_files(table: Table) -> set[tuple[str, int, int]]:
+    """``(name, size, mtime_ns)`` of every WAL file the table has committed and whose
+    deletion may not have happened yet.
+
+    Two records: the table property ``icegate.wal-ledger``, written in the same commit as
+    the data (it survives snapshot expiry by any engine), and the snapshot summaries of
+    the main branch's history (commits made before the ledger existed). The
+    modification time tells a new file apart from an ingested one of the same name.
     """
-    done: set[tuple[str, int, int]] = set()
-    for snapshot in table.metadata.snapshots:
+    done = _identities(table.properties.get(LEDGER_PROPERTY))
+    for snapshot in _main_ancestry(table):
         summary = snapshot.summary
-        recorded = summary.get(FILES_PROPERTY) if summary is not None else None
-        if not recorded:
-            continue
-        try:
-            done.update((str(n), int(size), int(ns)) for n, size, ns in json.loads(recorded))
-        except (ValueError, TypeError):  # not ours (or damaged): it records nothing we wrote
-            continue
+        done |= _identities(summary.get(FILES_PROPERTY) if summary is not None else None)
     return done
 
 
@@ -300,6 +330,43 @@ def spark_path(uri: str) -> str:
     return _GLOB_CHARS.sub(r"\\\1", uri)
 
 
+# Spark's casts between TIMESTAMP (an instant) and TIMESTAMP_NTZ (a wall clock) use the
+# session time zone, and so does its arithmetic on TIMESTAMP values. A WAL file may hold
+# either kind (pyarrow writes naive timestamps as NTZ, zoned ones as instants), so every
+# conversion goes through epoch microseconds with zone-free operations instead: a wall
+# clock is that clock in UTC (Iceberg's convention for ``timestamp``), and back. Exact,
+# also in the hour a daylight-saving change repeats, whatever the session time zone.
+_EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
+
+
+def _is_ltz(data_type: Any) -> bool:
+    from pyspark.sql.types import TimestampType
+
+    return isinstance(data_type, TimestampType)
+
+
+def _is_ntz(data_type: Any) -> bool:
+    from pyspark.sql.types import TimestampNTZType
+
+    return isinstance(data_type, TimestampNTZType)
+
+
+def _micros_of_wall_clock(ntz_sql: str) -> str:
+    """SQL for the epoch microseconds of a TIMESTAMP_NTZ read as a UTC wall clock."""
+    seconds = f"CAST(CAST({ntz_sql} - {_EPOCH_NTZ} AS INTERVAL SECOND) AS DECIMAL(20, 6))"
+    return f"CAST({seconds} * 1000000 AS BIGINT)"
+
+
+def _timestamp_of_micros(micros_sql: str, wanted: Any) -> Column:
+    """Epoch microseconds as an instant (TIMESTAMP) or as its UTC wall clock (NTZ)."""
+    from pyspark.sql import functions as F
+
+    if _is_ntz(wanted):
+        seconds = f"CAST(CAST({micros_sql} AS DECIMAL(20, 0)) / 1000000 AS DECIMAL(20, 6))"
+        return F.expr(f"{_EPOCH_NTZ} + CAST({seconds} AS INTERVAL SECOND)")
+    return F.expr(f"timestamp_micros({micros_sql})").cast(wanted)
+
+
 def _batch_frame(spark: SparkSession, identifier: str, good: list[_Good]) -> DataFrame:
     """All good files as one frame in the table's column order and types."""
     from functools import reduce
@@ -320,53 +387,196 @@ def _batch_frame(spark: SparkSession, identifier: str, good: list[_Good]) -> Dat
         columns = []
         for spark_field in target.fields:
             name = spark_field.name
+            wanted = spark_field.dataType
+            quoted = quote_identifier(name)
             if name not in schema.names:
-                column = F.lit(None).cast(spark_field.dataType)
+                column = F.lit(None).cast(wanted)
             elif name in nanos:
-                # Read as a long (see _nanos_as_long): floor to microseconds in integers,
-                # since a double cannot hold today's epoch nanoseconds exactly.
-                quoted = quote_identifier(name)
-                micros = F.expr(f"({quoted} - pmod({quoted}, 1000)) div 1000")
-                column = F.timestamp_micros(micros).cast(spark_field.dataType)
+                # Read as a long (spark.sql.legacy.parquet.nanosAsLong, set for the whole
+                # session): floor to microseconds in integers, since a double cannot hold
+                # today's epoch nanoseconds exactly.
+                column = _timestamp_of_micros(f"({quoted} - pmod({quoted}, 1000)) div 1000", wanted)
+            elif _is_ntz(frame.schema[name].dataType) and _is_ltz(wanted):
+                column = _timestamp_of_micros(_micros_of_wall_clock(quoted), wanted)
+            elif _is_ltz(frame.schema[name].dataType) and _is_ntz(wanted):
+                column = _timestamp_of_micros(f"unix_micros({quoted})", wanted)
             else:
-                column = F.col(name).cast(spark_field.dataType)
+                column = F.col(name).cast(wanted)
             columns.append(column.alias(name))
         frames.append(frame.select(*columns))
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-@contextlib.contextmanager
-def _nanos_as_long(spark: SparkSession, needed: bool) -> Iterator[None]:
-    """Spark 3.5 reads nanosecond Parquet timestamps only as longs, behind a legacy flag."""
-    key = "spark.sql.legacy.parquet.nanosAsLong"
-    if not needed:
-        yield
-        return
-    previous = spark.conf.get(key, "false") or "false"
-    spark.conf.set(key, "true")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, previous)
+def _require_nanos_as_long(spark: SparkSession, needed: bool) -> None:
+    """Spark 3.5 reads nanosecond Parquet timestamps only as longs, behind a legacy flag.
+
+    The session sets it once (``spark_session.NANOS_AS_LONG``); it is only read here,
+    never switched: tables share the session from several threads. Without it the files
+    would look unreadable and be quarantined, so the op fails instead and they stay.
+    """
+    from icegate_dagster.spark_session import NANOS_AS_LONG
+
+    if needed and str(spark.conf.get(NANOS_AS_LONG, "false")).lower() != "true":
+        raise OperationError(
+            f"{NANOS_AS_LONG} is off in this Spark session, so WAL files with INT64 "
+            "nanosecond timestamps cannot be read; icegate turns it on when it starts or "
+            "joins a session: leave it on"
+        )
 
 
 def _append(
     spark: SparkSession,
     identifier: str,
     good: list[_Good],
-    batch_id: str,
+    branch: str,
     target_file_size: int,
 ) -> None:
-    recorded = json.dumps([list(g.file.identity) for g in good], separators=(",", ":"))
-    with _nanos_as_long(spark, any(g.nanos for g in good)):
-        (
-            _batch_frame(spark, identifier, good)
-            .writeTo(identifier)
-            .option(f"snapshot-property.{BATCH_PROPERTY}", batch_id)
-            .option(f"snapshot-property.{FILES_PROPERTY}", recorded)
-            .option("target-file-size-bytes", str(target_file_size))
-            .append()
-        )
+    """Write the batch to the staging ``branch`` (created fresh): the main branch and its
+    readers see nothing until :func:`_publish` commits it."""
+    _drop_branch(spark, identifier, branch)  # an earlier attempt of this run: start clean
+    # On a table with no snapshot yet, Iceberg branches from a new empty snapshot.
+    _manage_refs(spark, identifier, lambda manage: manage.createBranch(branch))
+    _require_nanos_as_long(spark, any(g.nanos for g in good))
+    (
+        _batch_frame(spark, identifier, good)
+        .writeTo(f"{identifier}.{quote_identifier('branch_' + branch)}")
+        .option("target-file-size-bytes", str(target_file_size))
+        .append()
+    )
+
+
+def _java_table(spark: SparkSession, identifier: str) -> Any:
+    """Iceberg's own Java ``Table`` on the Spark driver (no Spark job)."""
+    jvm: Any = spark._jvm
+    session: Any = spark._jsparkSession
+    # Outside spark.sql() the JVM reads settings from the calling thread's active session;
+    # a maintenance thread (parallel_tables) has none, so a catalog not loaded yet would
+    # be "not defined" and the name misread as a spark_catalog namespace.
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, identifier)
+
+
+def _manage_refs(spark: SparkSession, identifier: str, change: Callable[[Any], Any]) -> None:
+    """Commit one branch change with Iceberg's ``manageSnapshots``, retried on a fresh table
+    when another writer committed in between (Iceberg's own retry of a snapshot-reference
+    change replays it on stale metadata and gives up)."""
+    for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        try:
+            change(_java_table(spark, identifier).manageSnapshots()).commit()
+            return
+        except Exception as exc:
+            if "CommitFailedException" not in describe_error(exc) or attempt == PUBLISH_ATTEMPTS:
+                raise
+        time.sleep(min(2.0, 0.05 * 2**attempt))
+
+
+def _java_list(iterable: Any) -> list[Any]:
+    iterator = iterable.iterator()
+    items = []
+    while iterator.hasNext():
+        items.append(iterator.next())
+    return items
+
+
+class AlreadyCommitted(Exception):
+    """Another ingester committed some of this batch's WAL files first."""
+
+    def __init__(self, files: set[tuple[str, int, int]]) -> None:
+        super().__init__(f"{len(files)} WAL files already committed")
+        self.files = files
+
+
+def _publish(
+    spark: SparkSession,
+    identifier: str,
+    table: Table,
+    wal_root: str,
+    ref: TableRef,
+    branch: str,
+    batch_id: str,
+    good: list[_Good],
+) -> None:
+    """Commit the staged batch to the main branch exactly once, whatever else runs.
+
+    Just before each commit attempt the table's current state is read, and the attempt is
+    abandoned (:class:`AlreadyCommitted`) if any file of the batch is already recorded.
+    The commit itself is validated by Iceberg against exactly that state: it fails if any
+    data was added to the table since (``validateFromSnapshot`` +
+    ``validateNoConflictingData`` on every internal retry), so a second ingester of the
+    same files cannot slip in between the check and the commit, with or without locks.
+    Data, the WAL record (snapshot summary and the ledger property) and the removal of the
+    staging branch land in one atomic metadata commit.
+    """
+    jvm: Any = spark._jvm
+    always_true = jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
+    batch = {g.file.identity for g in good}
+    recorded = json.dumps(sorted(list(i) for i in batch), separators=(",", ":"))
+    java_table = _java_table(spark, identifier)
+    staged = java_table.snapshot(branch)
+    if staged is None:
+        raise OperationError(f"WAL batch {batch_id}: staging branch {branch} is gone")
+    files = _java_list(staged.addedDataFiles(java_table.io()))
+    for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        current = table.refresh()
+        already = batch & committed_wal_files(current)
+        if already:
+            raise AlreadyCommitted(already)
+        base = current.current_snapshot()
+        # The ledger keeps what may still be waiting: this batch, and earlier entries whose
+        # files are still in the WAL folder (a crash between commit and delete).
+        present = {f.identity for f in list_wal_files(wal_root, ref)}
+        earlier = _identities(current.properties.get(LEDGER_PROPERTY)) & present
+        ledger = json.dumps(sorted(list(i) for i in batch | earlier), separators=(",", ":"))
+        check_lease()  # commits only while the table's lease is ours
+        java_table.refresh()
+        transaction = java_table.newTransaction()
+        append = transaction.newOverwrite()
+        for data_file in files:
+            append.addFile(data_file)
+        if base is not None:
+            append.validateFromSnapshot(base.snapshot_id)
+        append.conflictDetectionFilter(always_true)
+        append.validateNoConflictingData()
+        append.set(BATCH_PROPERTY, batch_id)
+        append.set(FILES_PROPERTY, recorded)
+        try:
+            append.commit()
+            transaction.updateProperties().set(LEDGER_PROPERTY, ledger).commit()
+            transaction.manageSnapshots().removeBranch(branch).commit()
+            transaction.commitTransaction()
+            return
+        except Exception as exc:
+            # Another writer committed first (Iceberg's validation, or a reference change it
+            # could not replay): look at the table again, the WAL record included.
+            text = describe_error(exc)
+            conflict = "ValidationException" in text or "CommitFailedException" in text
+            if not conflict or "CommitStateUnknown" in text or attempt == PUBLISH_ATTEMPTS:
+                raise
+        time.sleep(min(4.0, 0.1 * 2**attempt))
+
+
+def _drop_branch(spark: SparkSession, identifier: str, branch: str) -> None:
+    with contextlib.suppress(Exception):  # best effort: a stale branch is removed later
+        if _java_table(spark, identifier).refs().containsKey(branch):
+            _manage_refs(spark, identifier, lambda manage: manage.removeBranch(branch))
+
+
+def drop_stale_staging(table: Table) -> int:
+    """Remove staging branches left by runs that died before publishing; return how many."""
+    cutoff_ms = int((datetime.now(UTC) - STALE_STAGING).timestamp() * 1000)
+    stale = []
+    for name, snapshot_ref in table.metadata.refs.items():
+        snapshot = table.snapshot_by_id(snapshot_ref.snapshot_id)
+        if name.startswith(STAGING_PREFIX) and (
+            snapshot is None or snapshot.timestamp_ms < cutoff_ms
+        ):
+            stale.append(name)
+    if stale:
+        manage = table.manage_snapshots()
+        for name in stale:
+            manage = manage.remove_branch(name)
+        manage.commit()
+    return len(stale)
 
 
 # -- one run -----------------------------------------------------------------
@@ -430,6 +640,7 @@ def compact_wal(
 
 
 def _delete(filesystem: Any, files: list[WalFile], hook: FaultHook | None) -> int:
+    check_lease()  # deleting WAL files: only while the table's lease is ours
     deleted = 0
     for wal_file in files:
         with contextlib.suppress(FileNotFoundError):
@@ -451,8 +662,10 @@ def _compact_locked(
     hook: FaultHook | None,
 ) -> WalCompactionOutcome:
     filesystem, _folder = wal_filesystem(wal_root, ref)
-    # A crash between commit and delete leaves files a snapshot already holds.
+    # A crash between commit and delete leaves files a commit already holds.
     settled = settle_committed(table, wal_root, ref)
+    if drop_stale_staging(table):
+        table = table.refresh()
     pending = list_wal_files(wal_root, ref)
     output: dict[str, Any] = {
         "wal_files_ingested": 0,
@@ -482,17 +695,40 @@ def _compact_locked(
     _checkpoint("before_write", hook)
     batch_id = uuid.uuid4().hex
     good = inspected.good
+    identifier = ref.spark_identifier(catalog)
     if good:
         spark = spark_provider()
         good, unreadable = _write_batch(
-            spark, ref.spark_identifier(catalog), filesystem, table, good, batch_id, settings
+            spark, identifier, filesystem, table, good, batch_id, settings
         )
         quarantined += _quarantine_all(wal_root, ref, unreadable)
+        if good:
+            try:
+                branch = STAGING_PREFIX + batch_id
+                _publish(spark, identifier, table, wal_root, ref, branch, batch_id, good)
+            except AlreadyCommitted as exc:
+                # Another ingester got there first: append nothing, settle what it holds.
+                _drop_branch(spark, identifier, STAGING_PREFIX + batch_id)
+                output["quarantined"] = quarantined
+                output["wal_files_already_committed"] = len(exc.files)
+                gone = settle_committed(table.refresh(), wal_root, ref)
+                return WalCompactionOutcome(
+                    f"another ingester committed {len(exc.files)} of these {len(good)} WAL "
+                    f"files first: appended nothing (no duplicate), deleted {gone} files it "
+                    "holds; any others wait for the next run",
+                    status="skipped",
+                    output=output,
+                )
+            except Exception:
+                if _find_batch_snapshot(table, batch_id) is None:  # not committed: clean up
+                    _drop_branch(spark, identifier, STAGING_PREFIX + batch_id)
+                    raise
     output["quarantined"] = quarantined
     if not good:
         return WalCompactionOutcome(
             f"nothing ingested: all {len(quarantined)} waiting WAL files were quarantined"
             f"{recovered}",
+            status="failed",
             output=output,
         )
     _checkpoint("after_commit", hook)
@@ -551,9 +787,9 @@ def _find_batch_snapshot(table: Table, batch_id: str) -> Any:
 
 def _spark_problem(spark: SparkSession, identifier: str, item: _Good) -> str | None:
     """Why Spark cannot read and convert this one file, or None."""
+    _require_nanos_as_long(spark, bool(item.nanos))  # fails the op, quarantines nothing
     try:
-        with _nanos_as_long(spark, bool(item.nanos)):
-            _batch_frame(spark, identifier, [item]).write.format("noop").mode("overwrite").save()
+        _batch_frame(spark, identifier, [item]).write.format("noop").mode("overwrite").save()
     except Exception as exc:
         return f"Spark cannot read it: {describe_error(exc)}"
     return None
@@ -568,18 +804,17 @@ def _write_batch(
     batch_id: str,
     settings: CompactionSettings,
 ) -> tuple[list[_Good], list[tuple[WalFile, str]]]:
-    """Append ``good`` in one commit; return what was committed and what could not be read.
+    """Stage ``good`` on the batch's branch; return what was staged and what could not be read.
 
-    When the append fails, each file is read on its own (pyarrow, then Spark):
-    the ones that fail are set aside and the rest is appended once more, unless
-    the first attempt committed after all (a commit whose outcome was unknown).
+    When the write fails, each file is read on its own (pyarrow, then Spark):
+    the ones that fail are set aside and the rest is staged once more. Nothing
+    reaches the main branch here (see :func:`_publish`).
     """
+    branch = STAGING_PREFIX + batch_id
     try:
-        _append(spark, identifier, good, batch_id, settings.target_file_size)
+        _append(spark, identifier, good, branch, settings.target_file_size)
         return good, []
     except Exception:
-        if _find_batch_snapshot(table, batch_id) is not None:
-            return good, []
         reread = _inspect(filesystem, [g.file for g in good], table, full_read=True)
         unreadable = list(reread.bad)
         keep = []
@@ -592,5 +827,7 @@ def _write_batch(
         if not unreadable:
             raise
     if keep:
-        _append(spark, identifier, keep, batch_id, settings.target_file_size)
+        _append(spark, identifier, keep, branch, settings.target_file_size)
+    else:
+        _drop_branch(spark, identifier, branch)
     return keep, unreadable

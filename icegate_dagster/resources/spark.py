@@ -8,8 +8,17 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
+from icegate_dagster.catalog import config_secrets
 from icegate_dagster.config import IcegateConfig
-from icegate_dagster.spark_session import NO_SUBSTITUTION, build_spark_conf, quiet_logs
+from icegate_dagster.spark_session import (
+    NANOS_AS_LONG,
+    NO_SUBSTITUTION,
+    apply_runtime_conf,
+    build_spark_conf,
+    private_launch_settings,
+    quiet_logs,
+    split_secret_conf,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,9 +37,14 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     def session(self, config: IcegateConfig) -> SparkSession:
         """The Spark session for ``config``'s catalog (no JVM starts before this call)."""
         conf = {**build_spark_conf(config), **self.spark_conf}
-        if self._lazy is None or self._lazy.spark_config != conf:
-            self._lazy = LazyPySparkResource(spark_config=conf)
-        session: SparkSession = self._lazy.spark_session
+        # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
+        split = split_secret_conf(conf, config_secrets(config))
+        if self._lazy is None or self._lazy.spark_config != split.public:
+            self._lazy = LazyPySparkResource(spark_config=split.public)
+        with private_launch_settings(split.launch):
+            session: SparkSession = self._lazy.spark_session
+        apply_runtime_conf(session, split.runtime)
         quiet_logs(session)
         session.conf.set(NO_SUBSTITUTION, "false")  # see spark_session.NO_SUBSTITUTION
+        session.conf.set(NANOS_AS_LONG, "true")  # see spark_session.NANOS_AS_LONG
         return session

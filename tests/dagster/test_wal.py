@@ -93,7 +93,7 @@ def test_sensor_run_ingests_the_wal_and_records_it(
     before = spark_rows(lh, LOGS)
     expected = fill_wal(lh, files=5)
     (lh.wal_dir(LOGS) / "broken.parquet").write_bytes(b"not parquet at all")
-    snapshots_before = len(lh.table(LOGS).metadata.snapshots)
+    history_before = _main_history(lh.table(LOGS))
     [request] = _tick(lh, instance).run_requests
 
     result = defs.resolve_job_def("maintenance_job").execute_in_process(
@@ -107,8 +107,10 @@ def test_sensor_run_ingests_the_wal_and_records_it(
     assert result.success
     assert spark_rows(lh, LOGS) == before + expected
     assert lh.wal_files(LOGS) == []
-    # Only the WAL step ran: one new snapshot, no compaction or expiry.
-    assert len(lh.table(LOGS).metadata.snapshots) == snapshots_before + 1
+    # Only the WAL step ran: one new commit on the main branch, no compaction or expiry.
+    history = _main_history(lh.table(LOGS))
+    assert history[1:] == history_before
+    assert history[0].summary is not None and history[0].summary.get("icegate.wal-batch")
     record = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[LOGS]), limit=1
     ).records[0]
@@ -142,3 +144,60 @@ def test_plan_refuses_an_unknown_operation_by_name(
     assert not result.success
     failure = result.failure_data_for_node("maintained_table.plan")
     assert failure is not None and "'vacuum' is not an operation" in str(failure.user_failure_data)
+
+
+def _main_history(table: Any) -> list[Any]:
+    """The main branch's snapshots, newest first (the WAL's staging snapshot is not one)."""
+    history, snapshot = [], table.current_snapshot()
+    while snapshot is not None:
+        history.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return history
+
+
+def test_sensor_leaves_a_table_to_a_queued_batch_run_that_covers_it(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """The schedule's batch run (range tags, no ``dagster/partition``) ingests the WAL too."""
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
+    fill_wal(lh, files=5)
+    job = defs.resolve_job_def("maintenance_job")
+    batch = instance.create_run_for_job(
+        job,
+        tags={
+            "dagster/asset_partition_range_start": LOGS,
+            "dagster/asset_partition_range_end": SPANS,
+        },
+        status=dg.DagsterRunStatus.NOT_STARTED,
+    )
+
+    covered = _tick(lh, instance)
+
+    assert isinstance(covered, dg.SkipReason)
+    assert LOGS in str(covered.skip_message) and batch.run_id in str(covered.skip_message)
+
+    # Once that run is over, the backlog gets its own run again.
+    instance.report_run_canceled(batch)
+    again = _tick(lh, instance)
+    assert isinstance(again, dg.SensorResult)
+    assert [r.partition_key for r in again.run_requests or []] == [LOGS]
+
+
+def test_sensor_backs_off_a_backlog_whose_runs_keep_failing(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
+    fill_wal(lh, files=5)
+    [request] = _tick(lh, instance).run_requests
+    job = defs.resolve_job_def("maintenance_job")
+    for _ in range(3):  # three attempts at this backlog failed, the last one just now
+        instance.create_run_for_job(
+            job, tags=request.tags, status=dg.DagsterRunStatus.FAILURE
+        )
+
+    backing_off = _tick(lh, instance)
+
+    assert isinstance(backing_off, dg.SkipReason)
+    message = str(backing_off.skip_message)
+    assert f"{LOGS} (3 failed runs; next attempt after" in message

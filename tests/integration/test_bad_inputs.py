@@ -278,6 +278,8 @@ class TableCase:
     #: Operation statuses of the culprit, when it ran at all.
     statuses: dict[str, str] = field(default_factory=dict)
     check: Callable[[Lakehouse, dict[str, Any]], None] | None = None
+    #: The culprit's location cannot be read: orphan removal fails closed on HEALTHY too.
+    location_unknown: bool = False
 
 
 def _no_setup(lh: Lakehouse) -> None:
@@ -355,11 +357,19 @@ TABLE_CASES = [
             tables=("lakehouse.nope", HEALTHY),
             culprit="lakehouse.nope",
             needles=("'lakehouse.nope' does not exist",),
+            # Every operation it would have run fails, and is logged as failed.
+            statuses=ALL_FAILED,
         ),
         id="table-does-not-exist",
     ),
     pytest.param(
-        TableCase(_no_setup, tables=("a.b.c", HEALTHY), culprit="a.b.c", needles=("'a.b.c'",)),
+        TableCase(
+            _no_setup,
+            tables=("a.b.c", HEALTHY),
+            culprit="a.b.c",
+            needles=("'a.b.c'",),
+            statuses=ALL_FAILED,
+        ),
         id="dotted-name-a.b.c",
     ),
     pytest.param(
@@ -369,6 +379,7 @@ TABLE_CASES = [
             needles=("other-warehouse/broken/metadata",),
             statuses=ALL_FAILED,
             check=_failures_logged,
+            location_unknown=True,
         ),
         id="warehouse-folder-missing",
     ),
@@ -379,6 +390,7 @@ TABLE_CASES = [
             needles=("'lakehouse.broken': cannot read its metadata",),
             statuses=ALL_FAILED,
             check=_failures_logged,
+            location_unknown=True,
         ),
         id="corrupt-metadata-json",
     ),
@@ -428,10 +440,19 @@ def test_a_bad_table_fails_alone(
     if case.check is not None:
         case.check(lh, report)
     # Nothing lost, and the healthy table was maintained all the same.
-    assert report[HEALTHY]["ok"] is True
+    if case.location_unknown:
+        # Fail closed: the unreadable table might lie in HEALTHY's folder, so orphan
+        # removal there is refused, naming it; every other operation ran.
+        statuses = {op["operation"]: op for op in report[HEALTHY]["ops"]}
+        refused = statuses.pop("remove_orphan_files")
+        assert refused["status"] == "failed" and case.culprit in refused["details"]
+        assert all(op["status"] != "failed" for op in statuses.values())
+    else:
+        assert report[HEALTHY]["ok"] is True
     assert report[HEALTHY]["after"]["data_files"] == 2  # one per partition
     assert lh.rows(HEALTHY) == healthy_rows
-    assert_maintained(lh, HEALTHY)
+    if not case.location_unknown:
+        assert_maintained(lh, HEALTHY)
 
 
 def test_a_table_with_corrupt_metadata_is_named_in_the_human_report(

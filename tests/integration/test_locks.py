@@ -1,23 +1,25 @@
-"""One maintainer per table: a lease row in the catalog database that every process shares."""
+"""One maintainer per table: a lease row in a shared database, judged by the database's clock."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import socket
-import subprocess
-import sys
+import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, literal_column, update
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.locks import TableLocks
+from icegate_dagster.maintenance.locks import LockHolder, TableLocks
 from tests.lakehouse import Lakehouse, LakehouseFactory
+from tests.lease_holder import held_by_another_process
 
 TABLE = "lakehouse.logs"
+DB_NOW = literal_column("((julianday('now') - 2440587.5) * 86400.0)")
 
 
 @pytest.fixture
@@ -28,24 +30,9 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     return lakehouse
 
 
-#: A second maintainer process: takes the table's lease, says so, and keeps it until killed.
-HOLDER = """
-import sys, time
-from datetime import timedelta
-from icegate_dagster.catalog import open_catalog
-from icegate_dagster.config import load_config
-from icegate_dagster.maintenance.locks import TableLocks, lock_owner
-locks = TableLocks.for_catalog(open_catalog(load_config(sys.argv[1]).catalog))
-with locks.hold(sys.argv[2], lock_owner("other-run"), timedelta(0)) as blocked:
-    assert blocked is None
-    print("holding", flush=True)
-    time.sleep(600)
-"""
-
-
 def _locks(lh: Lakehouse) -> TableLocks:
-    locks = TableLocks.for_catalog(lh.catalog)
-    assert locks is not None, "a SQL catalog keeps the locks"
+    locks = Maintainer(lh.config).locks
+    assert locks is not None, "every catalog gets a lease store"
     return locks
 
 
@@ -53,27 +40,16 @@ def test_a_table_held_by_another_maintainer_is_skipped_and_logged(
     lh: Lakehouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = len(lh.data_file_paths(TABLE))
-    # Another maintainer process holds the table (through the same lock code).
-    holder = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-c", HOLDER, str(lh.config_path), TABLE],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
-    other = f"{socket.gethostname()}:{holder.pid}:other-run"
-    try:
+    with held_by_another_process(lh.config_path, TABLE) as pid:
         started = time.monotonic()
         code = run_cli(["run", "--config", str(lh.config_path), "--json"])
         waited = time.monotonic() - started
-    finally:
-        holder.kill()
-        holder.wait()
     report = {t["table"]: t for t in json.loads(capsys.readouterr().out)["tables"]}
 
     assert code == 0
     held = report[TABLE]["ops"]
     assert {op["status"] for op in held} == {"skipped"}
-    assert all(other in op["details"] for op in held)
+    assert all(f":{pid}:other-run" in op["details"] for op in held)
     assert len(lh.data_file_paths(TABLE)) == files  # untouched
     # The other table was maintained meanwhile, and the skips are in the log.
     assert {op["status"] for op in report["lakehouse.orders"]["ops"]} <= {"completed", "skipped"}
@@ -92,7 +68,11 @@ def test_a_dead_holders_lease_runs_out_and_the_table_is_taken_over(lh: Lakehouse
     with locks.engine.begin() as conn:  # a holder that was SIGKILLed a while ago
         conn.execute(
             insert(locks.table).values(
-                table_name=TABLE, owner="gone:1:run", expires_at=time.time() - 1
+                table_name=TABLE,
+                token="dead",
+                holder="gone:1:run",
+                acquired_at=DB_NOW - 600,
+                expires_at=DB_NOW - 1,
             )
         )
     assert locks.holder(TABLE) is None
@@ -105,30 +85,139 @@ def test_a_dead_holders_lease_runs_out_and_the_table_is_taken_over(lh: Lakehouse
 
 
 def test_a_live_lease_is_exclusive_and_renewed(lh: Lakehouse) -> None:
-    locks = TableLocks(_locks(lh).engine, lease=timedelta(seconds=0.6))
+    locks = TableLocks(_locks(lh).engine, lease=timedelta(seconds=0.9))
     with locks.hold(TABLE, "me:1:a", timedelta(0)) as mine:
-        assert mine is None
-        time.sleep(1.0)  # longer than the lease: only renewal keeps it ours
-        other = locks.try_acquire(TABLE, "you:2:b")
+        assert not isinstance(mine, LockHolder)
+        time.sleep(1.5)  # longer than the lease: only renewal keeps it ours
+        other = locks.try_acquire(TABLE, "token-b", "you:2:b")
         assert other is not None and other.owner == "me:1:a"
-    assert locks.try_acquire(TABLE, "you:2:b") is None
+        mine.verify()
+    assert locks.try_acquire(TABLE, "token-b", "you:2:b") is None
 
 
-def test_a_holder_killed_on_this_host_is_taken_over_without_waiting(lh: Lakehouse) -> None:
-    dead = subprocess.Popen(["sleep", "0"])  # noqa: S603, S607
-    dead.wait()
+def test_a_host_whose_clock_runs_fast_cannot_take_a_live_lease(
+    lh: Lakehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locks = TableLocks(_locks(lh).engine, lease=timedelta(seconds=60))
+    assert locks.try_acquire(TABLE, "token-a", "host-a:1:run") is None
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 300)  # this host is 5 minutes fast
+
+    other = locks.try_acquire(TABLE, "token-b", "host-b:2:run")
+
+    assert other is not None and other.owner == "host-a:1:run"
+    assert locks.owns(TABLE, "token-a") and not locks.owns(TABLE, "token-b")
+
+
+def test_two_threads_of_one_process_never_share_a_lease(lh: Lakehouse) -> None:
+    """Same host, same pid, same run: each acquisition has its own token."""
+    maintainer = Maintainer(lh.config, run_id="one-run")
+    ref = TableRef.parse(TABLE)
+    files = len(lh.data_file_paths(TABLE))
+    snapshots = len(lh.table(TABLE).metadata.snapshots)
+    inside = threading.Barrier(2, timeout=60)
+    results = []
+
+    def hook(point: str) -> None:
+        if point == "before_commit":
+            with contextlib.suppress(threading.BrokenBarrierError):
+                inside.wait(timeout=3)  # the other thread gets in too, if it can
+
+    maintainer.fault_hook = hook
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(maintainer.run_op(ref, "optimize")), name=f"t{i}"
+        )
+        for i in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(r.status for r in results) == ["completed", "skipped"], [
+        r.details for r in results
+    ]
+    skipped = next(r for r in results if r.status == "skipped")
+    assert ":one-run" in skipped.details
+    # One rewrite: exactly one new snapshot.
+    assert len(lh.table(TABLE).metadata.snapshots) == snapshots + 1
+    assert len(lh.data_file_paths(TABLE)) < files
+
+
+def test_the_same_table_named_twice_is_maintained_once(
+    lh: Lakehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run_cli(
+        ["optimize", "--config", str(lh.config_path), "--table", TABLE, "--table", TABLE, "--json"]
+    )
+    report = json.loads(capsys.readouterr().out)["tables"]
+    assert code == 0
+    assert [t["table"] for t in report] == [TABLE]
+    assert [op["status"] for op in report[0]["ops"]] == ["completed"]
+
+
+def test_a_holder_whose_lease_was_taken_over_does_not_commit(lh: Lakehouse) -> None:
     locks = _locks(lh)
-    with locks.engine.begin() as conn:  # SIGKILLed mid-operation, lease still running
+    table_before = lh.table(TABLE)
+    snapshots = [s.snapshot_id for s in table_before.metadata.snapshots]
+    rows = lh.rows(TABLE)
+
+    def take_over(point: str) -> None:
+        if point == "before_commit":  # another maintainer takes the table over right now
+            with locks.engine.begin() as conn:
+                conn.execute(
+                    update(locks.table)
+                    .where(locks.table.c.table_name == TABLE)
+                    .values(token="thief", holder="thief-host:7:other-run")
+                )
+
+    maintainer = Maintainer(lh.config, fault_hook=take_over)
+    result = maintainer.maintain_table(TableRef.parse(TABLE), ["optimize", "expire_snapshots"])
+
+    optimize = result.op("optimize")
+    assert optimize is not None and optimize.status == "failed"
+    assert "taken over by thief-host:7:other-run" in optimize.details
+    assert "before committing" in optimize.details
+    # Nothing was committed: same snapshots, same files, same rows.
+    table_after = lh.table(TABLE)
+    assert [s.snapshot_id for s in table_after.metadata.snapshots] == snapshots
+    assert lh.rows(TABLE) == rows
+
+
+def test_a_stuck_holder_fails_ops_succeeded_naming_it(lakehouse_factory: LakehouseFactory) -> None:
+    lh = lakehouse_factory(maintain={"lock_wait": "1s", "locks": {"stuck_after": "1h"}})
+    lh.add_table(TABLE, appends=3)
+    locks = _locks(lh)
+    with locks.engine.begin() as conn:  # held for 2 hours and still renewing
         conn.execute(
             insert(locks.table).values(
                 table_name=TABLE,
-                owner=f"{socket.gethostname()}:{dead.pid}:cli-run",
-                expires_at=time.time() + 3600,
+                token="stuck",
+                holder="worker-3:4242:run-7",
+                acquired_at=DB_NOW - 7200,
+                expires_at=DB_NOW + 120,
             )
         )
-    assert locks.holder(TABLE) is not None
 
     result = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["optimize"])
 
-    assert [op.status for op in result.ops] == ["completed"], result.as_dict()
-    assert locks.holder(TABLE) is None
+    [op] = result.ops
+    assert op.status == "failed", op.details
+    assert "worker-3:4242:run-7" in op.details and "stuck_after 1h" in op.details
+    assert not result.ok
+
+
+def test_a_lease_store_of_its_own_is_shared_by_every_process(
+    lakehouse_factory: LakehouseFactory, tmp_path: Path
+) -> None:
+    """``maintain.locks.uri`` names the store: a second process holding a table there makes
+    this one skip it, naming the holder."""
+    store = tmp_path / "shared" / "leases.db"
+    lh = lakehouse_factory(maintain={"lock_wait": "1s", "locks": {"uri": f"sqlite:///{store}"}})
+    lh.add_table(TABLE, appends=3)
+    with held_by_another_process(lh.config_path, TABLE) as pid:
+        result = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["optimize"])
+    assert store.is_file()
+    [op] = result.ops
+    assert op.status == "skipped" and f":{pid}:other-run" in op.details

@@ -20,7 +20,7 @@ import pytest
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableResult
-from icegate_dagster.maintenance.locks import LOCK_TABLE
+from icegate_dagster.maintenance.locks import LEASE_TABLE
 from tests.lakehouse import Lakehouse
 from tests.surfaces.postgres_server import (
     PostgresServer,
@@ -172,11 +172,17 @@ def test_lease_table_lives_in_the_postgres_database(pg_pass: PostgresPass) -> No
     columns = pg_pass.server.query(
         "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
         "ORDER BY ordinal_position",
-        (LOCK_TABLE,),
+        (LEASE_TABLE,),
     )
-    assert [c for (c,) in columns] == ["table_name", "owner", "expires_at"]
+    assert [c for (c,) in columns] == [
+        "table_name",
+        "token",
+        "holder",
+        "acquired_at",
+        "expires_at",
+    ]
     # Every lease taken during the pass was given back.
-    assert pg_pass.server.query(f"SELECT table_name, owner FROM {LOCK_TABLE}") == []
+    assert pg_pass.server.query(f"SELECT table_name, holder FROM {LEASE_TABLE}") == []
 
 
 def test_password_reaches_no_output_and_no_log_row(

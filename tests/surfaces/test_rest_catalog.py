@@ -39,6 +39,7 @@ from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors import iceberg_table_discovery, wal_size_sensor
 from icegate_dagster.spark_session import build_spark_conf, iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch
+from tests.lease_holder import held_by_another_process
 from tests.surfaces.seaweedfs_server import SeaweedServer, seaweedfs_fixture  # noqa: F401
 
 #: Each table and how many appends (one data file and one snapshot each) it gets.
@@ -134,6 +135,10 @@ def rest(
         "spark": {"master": "local[1]"},
         "maintain": {
             "log_table": LOG_TABLE,
+            # The lease store every maintainer of this deployment shares (a REST catalog
+            # has no SQL database of its own); a second process below holds a table there.
+            "locks": {"uri": f"sqlite:///{root / 'shared' / 'leases.db'}"},
+            "lock_wait": "1s",
             "compaction": {"min_files": MIN_WAL_FILES},
             # Small files in every table: optimize has work to do, so it needs Spark.
             "optimize": {"min_input_files": 2},
@@ -157,11 +162,15 @@ def rest(
                 os.environ[name] = value
 
 
-def test_discovery_lists_the_rest_tables_with_no_lease_table(rest: RestLakehouse) -> None:
+def test_discovery_lists_the_rest_tables_and_leases_in_the_shared_store(
+    rest: RestLakehouse,
+) -> None:
     maintainer = Maintainer(rest.config)
     assert [ref.key for ref in maintainer.discover()] == sorted(TABLES)
-    # No SQL database behind a REST catalog: no lease table, operations run unleased.
-    assert maintainer.locks is None
+    # No SQL database behind a REST catalog: the leases live in maintain.locks.uri.
+    locks = maintainer.locks
+    assert locks is not None
+    assert locks.engine.url.database == str(rest.root / "shared" / "leases.db")
 
     proc = rest.cli("discover", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -320,3 +329,26 @@ def test_orphan_planning_lists_the_table_folder_through_the_catalogs_s3(
     finally:
         table.io.delete(stray)
     assert candidates == [stray.split("://", 1)[1]]
+
+
+def test_a_second_process_holding_a_rest_table_makes_a_run_skip_it_naming_the_holder(
+    rest: RestLakehouse,
+) -> None:
+    """One maintainer per table on a REST catalog: the lease lives in the shared store."""
+    key = "lakehouse.orders"
+    before = rest.state(key)
+    with held_by_another_process(rest.config_path, key) as pid:
+        proc = rest.cli("run", "--table", key, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [report] = json.loads(proc.stdout)["tables"]
+    assert {op["status"] for op in report["ops"]} == {"skipped"}
+    assert all(f":{pid}:other-run" in op["details"] for op in report["ops"]), report["ops"]
+    assert rest.state(key) == before
+    # The skips reached the log table too (appended without Spark).
+    skipped = [
+        r
+        for r in read_log(rest.catalog, TableRef.parse(LOG_TABLE))
+        if r["table_name"] == key and r["status"] == "skipped"
+    ]
+    assert {r["operation"] for r in skipped} >= {"optimize", "rewrite_manifests"}
+    rest.assert_no_secrets()

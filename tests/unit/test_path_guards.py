@@ -1,0 +1,159 @@
+"""Paths cannot cross (issue 12, item 6): WAL root vs. table folders, WAL names that would
+leave their folder, and the overlap guard of orphan removal failing closed. No JVM: every
+refusal here happens before Spark would be needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from icegate_dagster.config import load_config
+from icegate_dagster.errors import IcegateError
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.discovery import table_locations
+from icegate_dagster.maintenance.wal import list_wal_files, wal_location, wal_stats
+from icegate_dagster.sensors import wal_backlogs
+from tests.lakehouse import Lakehouse, LakehouseFactory, batch
+
+
+def _with_wal_root(lh: Lakehouse, wal_root: str) -> Lakehouse:
+    raw = yaml.safe_load(lh.config_path.read_text())
+    raw["wal"] = {"root": wal_root}
+    lh.config_path.write_text(yaml.safe_dump(raw))
+    lh.config = load_config(lh.config_path)
+    return lh
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"),
+    [
+        ("lakehouse", "a/b"),
+        ("lakehouse", "a\\b"),
+        ("lakehouse", ".."),
+        ("lakehouse", "."),
+        ("..", "logs"),
+        ("lake/house", "logs"),
+        ("lakehouse", "a%2F..%2F..%2Fx"),  # percent-escapes are decoded by URI parsers
+        ("lakehouse", "%2E%2E"),
+    ],
+)
+def test_names_that_would_leave_the_wal_folder_are_refused(namespace: str, name: str) -> None:
+    ref = TableRef(namespace, name)  # allowed for ordinary maintenance
+    with pytest.raises(IcegateError) as raised:
+        wal_location("file:///wal", ref)
+    message = str(raised.value)
+    assert repr(ref.key) in message and "WAL" in message
+    with pytest.raises(IcegateError):
+        list_wal_files("file:///wal", ref)
+    with pytest.raises(IcegateError):
+        wal_stats("file:///wal", ref)
+
+
+def test_ordinary_names_keep_their_wal_folder() -> None:
+    assert wal_location("file:///wal/", TableRef("lakehouse", "logs.v2")) == (
+        "file:///wal/lakehouse/logs.v2"
+    )
+
+
+def test_wal_sensor_lists_nothing_outside_the_wal_root(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory(wal=True)
+    # A real WAL file one level above the root: ".." must not reach it.
+    outside = lh.root / "lakehouse" / "secret.parquet"
+    outside.parent.mkdir(parents=True)
+    outside.write_bytes(b"PAR1")
+    (lh.root / "wal").mkdir()
+    lh.wal_dir("lakehouse.logs")
+    backlogs = wal_backlogs(lh.config, ["lakehouse.logs", "...", "lakehouse.a/../../lakehouse"])
+    assert sorted(backlogs) == ["lakehouse.logs"]
+
+
+def _wal_inside_table(lakehouse_factory: LakehouseFactory) -> tuple[Lakehouse, str]:
+    lh = lakehouse_factory()
+    table = lh.add_table("lakehouse.logs", appends=2)
+    lh.add_table("lakehouse.spans", appends=1)
+    return _with_wal_root(lh, f"{table.location()}/wal"), table.location()
+
+
+@pytest.mark.parametrize("operation", ["wal_compaction", "remove_orphan_files"])
+def test_wal_root_inside_a_table_folder_is_refused_naming_both(
+    lakehouse_factory: LakehouseFactory, operation: str
+) -> None:
+    lh, location = _wal_inside_table(lakehouse_factory)
+    maintainer = Maintainer(lh.config, spark=_no_spark)
+    result = maintainer.run_op(TableRef.parse("lakehouse.logs"), operation)
+    assert result.status == "failed", result
+    assert "lakehouse.logs" in result.details
+    assert location.removeprefix("file://") in result.details
+    assert f"{location}/wal".removeprefix("file://") in result.details
+    # The same refusal in a dry run (the plan).
+    planned = maintainer.run_op(TableRef.parse("lakehouse.logs"), operation, dry_run=True)
+    assert planned.status == "failed" and "wal.root" in planned.details
+    # A table elsewhere is not affected.
+    other = maintainer.run_op(TableRef.parse("lakehouse.spans"), operation)
+    assert other.status == "skipped", other
+
+
+def test_table_folder_inside_the_wal_root_is_refused(lakehouse_factory: LakehouseFactory) -> None:
+    lh = lakehouse_factory()
+    lh.add_table("lakehouse.logs", appends=1)
+    # The warehouse is the WAL root: every table's folder lies inside it.
+    _with_wal_root(lh, (lh.root / "warehouse").as_uri())
+    result = Maintainer(lh.config, spark=_no_spark).run_op(
+        TableRef.parse("lakehouse.logs"), "remove_orphan_files"
+    )
+    assert result.status == "failed"
+    assert "inside wal.root" in result.details or "wal.root" in result.details
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def test_table_locations_fail_closed_and_include_nested_namespaces(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory()
+    lh.add_table("lakehouse.logs", appends=1)
+    lh.catalog.create_namespace(("lakehouse", "archive"))
+    nested = lh.catalog.create_table(
+        ("lakehouse", "archive", "old"), schema=lh.table("lakehouse.logs").schema()
+    )
+    broken = lh.add_table("lakehouse.broken", appends=1)
+    Path(broken.metadata_location.removeprefix("file://")).unlink()
+
+    with pytest.raises(IcegateError) as raised:
+        table_locations(lh.catalog)
+    assert "lakehouse.broken" in str(raised.value)
+
+    unreadable: dict[str, str] = {}
+    locations = table_locations(lh.catalog, unreadable)
+    assert set(unreadable) == {"lakehouse.broken"}
+    assert "lakehouse.archive.old" in locations
+    assert locations["lakehouse.archive.old"].endswith(
+        nested.location().removeprefix("file://").rstrip("/")
+    )
+
+
+def test_an_unreadable_table_refuses_orphan_removal_elsewhere_naming_it(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory()
+    lh.add_table("lakehouse.logs", appends=2)
+    broken = lh.add_table("lakehouse.broken", appends=1)
+    broken.append(batch(50, ("api",)))
+    Path(broken.metadata_location.removeprefix("file://")).unlink()
+
+    result = Maintainer(lh.config, spark=_no_spark).run_op(
+        TableRef.parse("lakehouse.logs"), "remove_orphan_files"
+    )
+    assert result.status == "failed", result
+    assert "lakehouse.broken" in result.details
+    assert "cannot be read" in result.details
+
+
+def _no_spark() -> object:
+    raise AssertionError("this refusal must not need Spark")
