@@ -49,7 +49,9 @@ def _wait_gone(pids: list[int], timeout: float = 60) -> None:
 
 @pytest.fixture
 def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
-    lakehouse = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    # A killed holder's lease runs out (no pid checks): keep it short, so the re-run
+    # waits a few seconds for it instead of lock_wait's skip.
+    lakehouse = lakehouse_factory(maintain={**WAL_RULES, "locks": {"lease": "3s"}}, wal=True)
     lakehouse.add_table(TABLE, appends=1)
     return lakehouse
 
