@@ -37,3 +37,31 @@ class SparkStartError(IcegateError):
 
 class OperationError(IcegateError):
     """A maintenance operation cannot run on a table as configured."""
+
+
+class SchemaConflictError(OperationError):
+    """An existing table has a column whose type is not the one IceGate expects."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One readable line for an error, Java root cause included, no stack trace."""
+
+    def first_line(text: str) -> str:
+        return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            top = first_line(str(java.toString()))
+            root = java
+            while root.getCause() is not None:
+                root = root.getCause()
+            bottom = first_line(str(root.toString()))
+            text = top if bottom == top else f"{top}; caused by {bottom}"
+        except Exception:  # the gateway may be gone; fall back to Python's text
+            text = first_line(str(exc))
+    else:
+        text = first_line(str(exc)) or type(exc).__name__
+        if not isinstance(exc, OperationError) and type(exc).__name__ not in text:
+            text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= 1000 else text[:997] + "..."

@@ -39,9 +39,13 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from icegate_dagster.errors import ConfigError, InvalidIdentifierError, OperationError
+from icegate_dagster.errors import (
+    ConfigError,
+    InvalidIdentifierError,
+    SchemaConflictError,
+    describe_error,
+)
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.operations import describe_error
 
 MigrationAction = Literal["created", "evolved", "unchanged", "failed"]
 
@@ -59,10 +63,6 @@ TIME_COLUMN = "timestamp"
 # Namespaces migrate creates must be usable unquoted by every engine that queries
 # IceGate, and a dot would make pyiceberg create a nested namespace instead.
 _PLAIN_NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class SchemaConflictError(OperationError):
-    """An existing table has a column whose type is not the one IceGate expects."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,29 @@ OPERATIONS = (
 )
 
 
+@dataclass
+class Outcome:
+    """What one operation did to one table: every operation returns this.
+
+    ``output`` holds the operation's own figures (Iceberg's procedure output, files
+    ingested, rows deleted...); the log row and the partition metadata carry it.
+    """
+
+    status: Status
+    details: str
+    output: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def done(cls, details: str, **output: Any) -> Outcome:
+        """A completed operation."""
+        return cls("completed", details, dict(output))
+
+    @classmethod
+    def skip(cls, details: str, **output: Any) -> Outcome:
+        """An operation that had nothing to do, or was not to run here."""
+        return cls("skipped", details, dict(output))
+
+
 @dataclass(frozen=True)
 class TableStats:
     """What a table's current metadata says, read by pyiceberg without a JVM."""
