@@ -9,22 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from icegate_dagster import render
 from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, load_config
 from icegate_dagster.errors import IcegateError
-from icegate_dagster.maintenance import Maintainer, TableRef, TableResult, TableStats
-from icegate_dagster.maintenance.maintainer import unreadable_result
+from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableRef, TableResult, TableStats
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-_SINGLE_OPS = {
-    "compact": "wal_compaction",
-    "optimize": "optimize",
-    "expire": "expire_snapshots",
-    "orphans": "remove_orphan_files",
-}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,15 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="full maintenance pass")
     run.add_argument("--table", action="append", metavar="T", help="only these (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
-    for name, operation in _SINGLE_OPS.items():
-        one = sub.add_parser(name, parents=[common], help=f"run {operation} only")
+    for name, operation in OPERATIONS.cli_commands().items():
+        one = sub.add_parser(
+            name, parents=[common], help=f"run {operation.name} only: {operation.description}"
+        )
         one.add_argument("--table", action="append", metavar="T", required=True)
-        if name == "orphans":
-            one.add_argument("--dry-run", action="store_true", help="list, delete nothing")
-        if name == "compact":
-            one.add_argument(
-                "--force", action="store_true", help="ingest the WAL even below its thresholds"
-            )
+        one.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
+        if operation.force_help is not None:
+            one.add_argument("--force", action="store_true", help=operation.force_help)
     migrate = sub.add_parser(
         "migrate",
         parents=[common],
@@ -75,105 +67,6 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--table", required=True, metavar="T", help="namespace.table")
     rollback.add_argument("--snapshot-id", required=True, type=int, metavar="N")
     return parser
-
-
-def _human_bytes(value: int) -> str:
-    size = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
-def _arrow(before: int | None, after: int | None, fmt: Callable[[int], str] = str) -> str:
-    if before is None:
-        return "?"
-    if after is None or after == before:
-        return fmt(before)
-    return f"{fmt(before)} -> {fmt(after)}"
-
-
-def render_before_after(results: Sequence[TableResult]) -> str:
-    """The before/after table a person reads at a glance."""
-    rows = []
-    for r in results:
-        b, a = r.before, r.after
-        orphans = sum(int(op.output.get("orphans_removed", 0)) for op in r.ops)
-        wal_in = sum(int(op.output.get("wal_files_ingested", 0)) for op in r.ops)
-        failed = [op.operation for op in r.ops if op.status == "failed"]
-        state = "ok" if r.ok else ("FAILED: " + ", ".join(failed) if failed else "FAILED")
-        rows.append(
-            [
-                r.table,
-                _arrow(b.data_files if b else None, a.data_files if a else None),
-                _arrow(b.data_bytes if b else None, a.data_bytes if a else None, _human_bytes),
-                _arrow(b.snapshots if b else None, a.snapshots if a else None),
-                _arrow(b.rows if b else None, a.rows if a else None),
-                str(wal_in),
-                str(orphans),
-                f"{r.duration_s:.1f}s",
-                state,
-            ]
-        )
-    headers = [
-        "table",
-        "data files",
-        "bytes",
-        "snapshots",
-        "rows",
-        "WAL files in",
-        "orphans",
-        "time",
-        "status",
-    ]
-    return _table(headers, rows)
-
-
-def render_ops(results: Sequence[TableResult]) -> str:
-    """One line per table and operation."""
-    lines = []
-    for r in results:
-        if r.error:
-            lines.append(f"{r.table}: FAILED: {r.error}")
-        for op in r.ops:
-            lines.append(
-                f"{r.table} {op.operation}: {op.status} ({op.duration_s:.1f}s) {op.details}"
-            )
-    return "\n".join(lines)
-
-
-def render_status(stats: Sequence[tuple[str, TableStats | None, str | None]]) -> str:
-    """Current state of each table."""
-    rows = []
-    for name, s, error in stats:
-        if s is None:
-            rows.append([name, "-", "-", "-", "-", "-", "-", f"error: {error}"])
-            continue
-        rows.append(
-            [
-                name,
-                str(s.data_files),
-                str(s.small_files),
-                _human_bytes(s.data_bytes),
-                str(s.snapshots),
-                str(s.manifests),
-                str(s.rows),
-                "",
-            ]
-        )
-    headers = ["table", "data files", "small", "bytes", "snapshots", "manifests", "rows", ""]
-    return _table(headers, rows)
 
 
 def _targets(maintainer: Maintainer, names: list[str] | None) -> list[TableRef | TableResult]:
@@ -204,10 +97,10 @@ def _failed_ops(
     except IcegateError:  # not a table name at all: bad usage, nothing to log
         return target
     names = operations if operations is not None else maintainer.operations_for(ref)
-    target.ops = [unreadable_result(ref.key, name, target.error) for name in names]
+    failed = TableResult.failed(ref.key, target.error, names)
     if not dry_run:
-        maintainer.write_log(target.ops, target)
-    return target
+        maintainer.write_logs([failed])
+    return failed
 
 
 def _maintain(
@@ -235,9 +128,9 @@ def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int
     if as_json:
         print(json.dumps({"run_id": run_id, "tables": [r.as_dict() for r in results]}, indent=2))
     else:
-        print(render_ops(results))
+        print(render.op_lines(results))
         print()
-        print(render_before_after(results))
+        print(render.before_after(results))
         if not results:
             print("no tables to maintain")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
@@ -252,7 +145,7 @@ def _migrate(maintainer: Maintainer, namespace: str | None, as_json: bool) -> in
         print(json.dumps({"namespace": target, "tables": [r.as_dict() for r in results]}, indent=2))
     else:
         rows = [[r.table, r.action, r.error or ", ".join(r.added_columns) or "-"] for r in results]
-        print(_table(["table", "action", "columns added / error"], rows))
+        print(render.text_table(["table", "action", "columns added / error"], rows))
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
@@ -265,11 +158,8 @@ def _command(args: argparse.Namespace) -> int:
         config: IcegateConfig = build_demo_lakehouse(Path(args.root))
         maintainer = Maintainer(config)
         if not args.json:
-            print(
-                "maintaining it (wal_compaction, optimize, rewrite_manifests, "
-                "expire_snapshots, remove_orphan_files) ...",
-                flush=True,
-            )
+            names = [op.name for op in OPERATIONS if op.applies(config, config.defaults)]
+            print(f"maintaining it ({', '.join(names)}) ...", flush=True)
         results = maintainer.maintain(maintainer.discover())
         code = _emit_results(results, args.json, maintainer.run_id)
         if not args.json:
@@ -303,7 +193,7 @@ def _command(args: argparse.Namespace) -> int:
                 )
             )
         else:
-            print(render_status(stats))
+            print(render.status_table(stats))
         return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
     if args.command == "migrate":
         return _migrate(maintainer, args.namespace, args.json)
@@ -315,12 +205,12 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "run":
         results = _maintain(maintainer, args.table, None, args.dry_run)
     else:
-        operation = _SINGLE_OPS[args.command]
+        operation = OPERATIONS.cli_commands()[args.command]
         results = _maintain(
             maintainer,
             args.table,
-            [operation],
-            getattr(args, "dry_run", False),
+            [operation.name],
+            args.dry_run,
             force=getattr(args, "force", False),
         )
     return _emit_results(results, args.json, maintainer.run_id)

@@ -2,9 +2,18 @@
 
 Where the file comes from: ``--config PATH``, else ``$ICEGATE_CONFIG``, else
 ``./icegate.yaml``; with none, the embedded default lakehouse in ``./.icegate/``.
-Every invalid value fails at load with a :class:`ConfigError` naming the key and
-the value. ``${VAR}`` in any string is replaced by the environment variable, so
-secrets stay out of the file.
+``${VAR}`` in any string is replaced by the environment variable, so secrets stay
+out of the file.
+
+The configuration is one tree of frozen pydantic models: :class:`IcegateConfig`
+holds :class:`CatalogSettings`, :class:`SparkSettings`, :class:`LockSettings` and
+:class:`TableSettings` (the defaults and each table's), and a ``TableSettings``
+holds one block per operation. :func:`config_from_dict` maps the file's layout
+onto that tree (``maintain.tables`` and ``maintain.retention`` merged onto the
+defaults) and the models' validators check every value; relative paths resolve
+against the config file's folder, passed as validation context. Every invalid
+value fails at load with a :class:`ConfigError` naming the key as written in the
+file and the value.
 """
 
 from __future__ import annotations
@@ -13,13 +22,22 @@ import copy
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from icegate_dagster.errors import ConfigError
 
@@ -53,6 +71,13 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _DURATION_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SORT_TERM = r"[A-Za-z_][A-Za-z0-9_.]*(\s+(ASC|DESC))?(\s+NULLS\s+(FIRST|LAST))?"
+_SORT_ORDER = re.compile(
+    rf"^\s*(zorder\(\s*[A-Za-z_][A-Za-z0-9_.]*(\s*,\s*[A-Za-z_][A-Za-z0-9_.]*)*\s*\)"
+    rf"|{_SORT_TERM}(\s*,\s*{_SORT_TERM})*)\s*$",
+    re.IGNORECASE,
+)
 
 
 def parse_size(value: object) -> int:
@@ -94,54 +119,144 @@ def format_duration(value: timedelta) -> str:
     return f"{seconds}s"
 
 
+def validate_sort_order(text: str) -> str:
+    """Accept ``zorder(a, b)`` or ``a ASC NULLS LAST, b DESC``; anything else is refused.
+
+    The sort order reaches a Spark SQL procedure, so only plain column names pass. The
+    ``ValueError`` states the rule; the error built from it names the key.
+    """
+    if not _SORT_ORDER.match(text):
+        raise ValueError(
+            "must be zorder(col, ...) or "
+            "'col [ASC|DESC] [NULLS FIRST|LAST], ...' with plain column names"
+        )
+    return text.strip()
+
+
 Size = Annotated[int, BeforeValidator(parse_size)]
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
-class _Block(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+def _broken(rule: str, **where: object) -> PydanticCustomError:
+    """A validation error for :func:`_config_error`: ``key`` names a key below the
+    location pydantic reports, ``value`` replaces the value the message shows."""
+    return PydanticCustomError("config_rule", "{rule}", {"rule": rule, **where})
 
 
-class CompactionSettings(_Block):
+def _mapping_input(value: object) -> Mapping[Any, Any]:
+    # An empty YAML block (``optimize:``) is None: nothing set.
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a mapping")
+    return value
+
+
+def _scalar_text(value: object) -> str:
+    # Catalog properties and Spark settings are strings; a YAML boolean keeps Java's spelling.
+    if isinstance(value, Mapping | list) or value is None:
+        raise ValueError("must be a string, number or boolean")
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _table_name(value: object) -> object:
+    if not isinstance(value, str) or "." not in value.strip(".") or value.startswith("."):
+        raise ValueError("must name a table as namespace.table")
+    return value
+
+
+def _resolved(location: str, info: ValidationInfo) -> str:
+    """``location`` made absolute against the ``base_dir`` of the validation context, if any."""
+    base_dir = info.context.get("base_dir") if isinstance(info.context, Mapping) else None
+    return _resolve_location(location, base_dir) if base_dir is not None else location
+
+
+#: String to string settings passed through (pyiceberg properties, Spark settings).
+_Properties = Annotated[
+    Mapping[Annotated[str, BeforeValidator(str)], Annotated[str, BeforeValidator(_scalar_text)]],
+    BeforeValidator(_mapping_input),
+]
+_TableName = Annotated[str, BeforeValidator(_table_name)]
+
+
+class _Settings(BaseModel):
+    """Base of every settings model: immutable, built from a mapping of known keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def _allowed_keys(cls) -> list[str]:
+        return list(cls.model_fields)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        # Checked here rather than by extra="forbid" so that the message lists this model's keys.
+        if isinstance(data, BaseModel):
+            return data
+        data = _mapping_input(data)
+        for key, value in data.items():
+            if key not in cls.model_fields:
+                allowed = ", ".join(cls._allowed_keys())
+                raise _broken(f"unknown key (allowed: {allowed})", key=key, value=value)
+        return data
+
+
+class CompactionSettings(_Settings):
     """WAL -> Iceberg compaction thresholds (IceGate's names)."""
 
-    min_files: int = Field(10, ge=1)
+    min_files: int = Field(default=10, ge=1)
     min_size_bytes: Size = 100 * 1024**2
     target_file_size: Size = 128 * 1024**2
 
 
-class OptimizeSettings(_Block):
+class OptimizeSettings(_Settings):
     """Small-file rewrite of the table itself (``rewrite_data_files``)."""
 
     file_size_threshold: Size = 10 * 1024**2
-    min_input_files: int = Field(5, ge=1)
+    min_input_files: int = Field(default=5, ge=1)
     strategy: Literal["binpack", "sort"] = "binpack"
     sort_order: str | None = None
 
+    @field_validator("sort_order")
+    @classmethod
+    def _plain_sort_order(cls, value: str | None) -> str | None:
+        return None if value is None else validate_sort_order(value)
 
-class ExpireSnapshotsSettings(_Block):
+
+class ExpireSnapshotsSettings(_Settings):
     """Snapshot expiry: older than ``retention_threshold``, keeping the last ``retain_last``."""
 
     retention_threshold: Duration = timedelta(days=7)
-    retain_last: int = Field(1, ge=1)
+    retain_last: int = Field(default=1, ge=1)
 
 
-class RemoveOrphanFilesSettings(_Block):
+class RemoveOrphanFilesSettings(_Settings):
     """Orphan-file removal; never below Iceberg's 24 h floor."""
 
     retention_threshold: Duration = timedelta(days=7)
     dry_run: bool = False
 
+    @field_validator("retention_threshold")
+    @classmethod
+    def _iceberg_floor(cls, value: timedelta) -> timedelta:
+        if value < MIN_ORPHAN_RETENTION:
+            raise _broken(
+                "must be at least 24h (younger files may belong to writes in progress)",
+                value=format_duration(value),
+            )
+        return value
 
-class HealthCheckSettings(_Block):
+
+class HealthCheckSettings(_Settings):
     """Thresholds of the asset checks (IceGate's alert levels)."""
 
-    max_snapshots: int = Field(100, ge=1)
-    max_wal_files: int = Field(1000, ge=1)
+    max_snapshots: int = Field(default=100, ge=1)
+    max_wal_files: int = Field(default=1000, ge=1)
     max_wal_bytes: Size = 10 * 1024**3
 
 
-class LockSettings(_Block):
+class LockSettings(_Settings):
     """Where the per-table leases live, and how long one lasts (``maintain.locks``)."""
 
     #: SQLAlchemy URL of the lease store every maintainer shares; unset: the catalog's own
@@ -151,76 +266,155 @@ class LockSettings(_Block):
     #: A holder that has kept a table this long is reported (``ops_succeeded`` fails).
     stuck_after: Duration = timedelta(hours=6)
 
+    @field_validator("uri")
+    @classmethod
+    def _absolute_uri(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _resolved(value, info)
 
-class RetentionSettings(_Block):
+
+class RetentionSettings(_Settings):
     """TTL: rows whose ``column`` is older than ``days`` are deleted."""
 
     days: int = Field(ge=1)
     column: str = "timestamp"
 
 
-_BLOCKS: dict[str, type[_Block]] = {
-    "compaction": CompactionSettings,
-    "optimize": OptimizeSettings,
-    "expire_snapshots": ExpireSnapshotsSettings,
-    "remove_orphan_files": RemoveOrphanFilesSettings,
-    "checks": HealthCheckSettings,
-}
+class TableSettings(_Settings):
+    """The effective maintenance settings of one table: defaults with its overrides applied.
 
+    Every field but ``retention`` is one operation's block, written under ``maintain:``
+    (the defaults) and ``maintain.tables.<table>:`` (one table's); a new block is just a
+    new field here.
+    """
 
-@dataclass(frozen=True)
-class TableSettings:
-    """The effective maintenance settings of one table: defaults with its overrides applied."""
-
-    compaction: CompactionSettings
-    optimize: OptimizeSettings
-    expire_snapshots: ExpireSnapshotsSettings
-    remove_orphan_files: RemoveOrphanFilesSettings
-    checks: HealthCheckSettings
+    compaction: CompactionSettings = CompactionSettings()
+    optimize: OptimizeSettings = OptimizeSettings()
+    expire_snapshots: ExpireSnapshotsSettings = ExpireSnapshotsSettings()
+    remove_orphan_files: RemoveOrphanFilesSettings = RemoveOrphanFilesSettings()
+    checks: HealthCheckSettings = HealthCheckSettings()
+    #: Only tables with a rule (``maintain.retention`` or ``maintain.tables``) have one.
     retention: RetentionSettings | None = None
 
+    @classmethod
+    def _allowed_keys(cls) -> list[str]:
+        # Listed sorted, like the other sections of the file's layout.
+        return sorted(cls.model_fields)
 
-@dataclass(frozen=True)
-class CatalogSettings:
+
+def _blocks() -> list[str]:
+    """The operation blocks of :class:`TableSettings`."""
+    return [name for name in TableSettings.model_fields if name != "retention"]
+
+
+class CatalogSettings(_Settings):
     """The ``catalog:`` block: a name plus pyiceberg properties passed through untouched."""
 
-    name: str
-    properties: Mapping[str, str]
+    name: str = DEFAULT_CATALOG_NAME
+    #: Every key of the block but ``name``; ``uri`` and ``warehouse`` made absolute.
+    properties: _Properties = Field(default_factory=dict)
     #: True for the embedded default, whose folder is created on first use.
     embedded: bool = False
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _plain_name(cls, value: object) -> object:
+        if not isinstance(value, str) or not _IDENTIFIER_RE.fullmatch(value):
+            raise ValueError("must be a plain identifier (letters, digits, _)")
+        return value
 
-@dataclass(frozen=True)
-class SparkSettings:
+    @field_validator("properties")
+    @classmethod
+    def _absolute_locations(cls, value: Mapping[str, str], info: ValidationInfo) -> dict[str, str]:
+        return {k: _resolved(v, info) if k in ("uri", "warehouse") else v for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _uri_required(self) -> CatalogSettings:
+        # These catalog types find their server without a uri (or need none).
+        if "uri" not in self.properties and self.properties.get("type") not in (
+            "rest",
+            "glue",
+            "hive",
+            "in-memory",
+        ):
+            raise PydanticCustomError(
+                "missing", "Field required", {"key": "uri", "example": "sqlite:///catalog.db"}
+            )
+        return self
+
+
+class SparkSettings(_Settings):
     """The ``spark:`` block."""
 
     master: str = "local[*]"
-    conf: Mapping[str, str] = field(default_factory=dict)
+    conf: _Properties = Field(default_factory=dict)
+
+    @classmethod
+    def _allowed_keys(cls) -> list[str]:
+        # Listed sorted, like the other sections of the file's layout.
+        return sorted(cls.model_fields)
+
+    @field_validator("master", mode="before")
+    @classmethod
+    def _non_empty(cls, value: object) -> object:
+        if not isinstance(value, str) or not value:
+            raise ValueError("must be a non-empty string such as local[*]")
+        return value
 
 
-@dataclass(frozen=True)
-class IcegateConfig:
-    """The whole, validated configuration."""
+class IcegateConfig(_Settings):
+    """The whole, validated configuration (built by :func:`config_from_dict`)."""
 
     catalog: CatalogSettings
-    namespaces: tuple[str, ...] | None
-    spark: SparkSettings
-    wal_root: str | None
-    log_table: str
-    defaults: TableSettings
-    table_overrides: Mapping[str, TableSettings]
+    #: Namespaces to maintain; None: every namespace.
+    namespaces: tuple[str, ...] | None = None
+    spark: SparkSettings = SparkSettings()
+    #: ``wal.root``, absolute.
+    wal_root: str | None = None
+    log_table: _TableName = DEFAULT_LOG_TABLE
+    #: The blocks under ``maintain:``; ``retention`` is always None here.
+    defaults: TableSettings = TableSettings()
+    #: Tables named in ``maintain.tables`` or ``maintain.retention``, defaults merged in.
+    table_overrides: Mapping[_TableName, TableSettings] = Field(default_factory=dict)
     source: str
     #: How long an operation waits for another maintainer's lock on its table before skipping.
-    lock_wait: timedelta = DEFAULT_LOCK_WAIT
+    lock_wait: Duration = DEFAULT_LOCK_WAIT
     #: How many tables a pass maintains at once, sharing one Spark session.
     parallel_tables: int = DEFAULT_PARALLEL_TABLES
     #: The lease store (``maintain.locks``).
-    locks: LockSettings = field(default_factory=LockSettings)
+    locks: LockSettings = LockSettings()
     #: The lease store when neither ``maintain.locks.uri`` nor a SQL catalog names one.
     locks_fallback_uri: str | None = None
     #: Every value a ``${VAR}`` put into the catalog block, ``spark.conf``, ``wal.root`` or
     #: ``maintain.locks.uri``: secrets, kept off command lines and out of every message.
     secrets: tuple[str, ...] = ()
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _namespace_list(cls, value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple) or not all(isinstance(n, str) and n for n in value):
+            raise ValueError("must be a list of namespace names")
+        return tuple(value)
+
+    @field_validator("wal_root", mode="before")
+    @classmethod
+    def _absolute_wal_root(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ValueError("must be a path or file:// URI")
+        return _resolved(value, info)
+
+    @field_validator("parallel_tables", mode="before")
+    @classmethod
+    def _table_count(cls, value: object) -> object:
+        # Strict: pydantic would take 4.0, "4" or true for a number of tables.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be a whole number")
+        if not 1 <= value <= 64:
+            raise ValueError("must be between 1 and 64")
+        return value
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``)."""
@@ -233,41 +427,61 @@ class IcegateConfig:
         """
 
         def merged(settings: TableSettings) -> TableSettings:
-            values: dict[str, Any] = {}
-            for name, model in _BLOCKS.items():
-                current: _Block = getattr(settings, name)
-                extra = blocks.get(name, {})
-                values[name] = model.model_validate({**current.model_dump(), **extra})
-            return TableSettings(**values, retention=settings.retention)
+            return TableSettings.model_validate(_deep_merge(settings.model_dump(), blocks))
 
-        return IcegateConfig(
-            catalog=self.catalog,
-            namespaces=self.namespaces,
-            spark=self.spark,
-            wal_root=self.wal_root,
-            log_table=self.log_table,
-            defaults=merged(self.defaults),
-            table_overrides={k: merged(v) for k, v in self.table_overrides.items()},
-            source=self.source,
-            lock_wait=self.lock_wait,
-            parallel_tables=self.parallel_tables,
-            locks=self.locks,
-            locks_fallback_uri=self.locks_fallback_uri,
-            secrets=self.secrets,
-        )
+        try:
+            return self.model_copy(
+                update={
+                    "defaults": merged(self.defaults),
+                    "table_overrides": {k: merged(v) for k, v in self.table_overrides.items()},
+                }
+            )
+        except ValidationError as exc:
+            raise _config_error(exc) from None
 
 
-_TOP_KEYS = {"catalog", "namespaces", "spark", "wal", "maintain"}
-_MAINTAIN_KEYS = {
-    "log_table",
-    "lock_wait",
-    "locks",
-    "parallel_tables",
-    "retention",
-    "tables",
-    *_BLOCKS,
+#: Where the file writes the IcegateConfig fields that are not top-level keys of their own.
+_FILE_KEYS: dict[tuple[str | int, ...], str] = {
+    ("catalog", "properties"): "catalog",
+    ("wal_root",): "wal.root",
+    ("log_table",): "maintain.log_table",
+    ("lock_wait",): "maintain.lock_wait",
+    ("parallel_tables",): "maintain.parallel_tables",
+    ("locks",): "maintain.locks",
+    ("defaults",): "maintain",
+    ("table_overrides",): "maintain.tables",
 }
-_TABLE_OVERRIDE_KEYS = {"retention", *_BLOCKS}
+
+
+def _config_error(
+    exc: ValidationError, file_keys: Mapping[tuple[str | int, ...], str] = _FILE_KEYS
+) -> ConfigError:
+    """The first error of ``exc`` as a ConfigError naming the key as the file writes it.
+
+    ``file_keys`` maps a location in the model tree to its dotted key in the file (the
+    longest matching prefix wins); the rest of the location is appended.
+    """
+    err = exc.errors()[0]
+    ctx: dict[str, Any] = err.get("ctx") or {}
+    loc = (*err["loc"], *((ctx["key"],) if "key" in ctx else ()))
+    parts: list[object] = list(loc)
+    for size in range(len(loc), 0, -1):
+        if loc[:size] in file_keys:
+            parts = [file_keys[loc[:size]], *loc[size:]]
+            break
+    # A mapping's key that broke a rule is named by its own location.
+    key = ".".join(str(p) for p in parts if p != "[key]") or "(top level)"
+    if err["type"] == "missing":
+        example = f" (e.g. {ctx['example']})" if "example" in ctx else ""
+        return ConfigError(f"invalid config: {key} is required{example}")
+    value = ctx["value"] if "value" in ctx else err.get("input")
+    rule = str(ctx.get("error", err["msg"]))
+    return _fail(key, value, rule)
+
+
+_TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
+#: The keys under ``maintain:`` that are IcegateConfig fields of their own.
+_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks")
 #: Where a value from ``${VAR}`` counts as a secret (see ``IcegateConfig.secrets``).
 _SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
 
@@ -276,36 +490,17 @@ def _fail(key: str, value: object, rule: str) -> ConfigError:
     return ConfigError(f"invalid config: {key} = {value!r}: {rule}")
 
 
-def _check_keys(raw: Mapping[str, Any], allowed: set[str], prefix: str) -> None:
-    for key in raw:
-        if key not in allowed:
-            where = f"{prefix}.{key}" if prefix else str(key)
-            raise _fail(where, raw[key], f"unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-def _mapping(raw: object, key: str) -> dict[str, Any]:
+def _section(raw: object, key: str, allowed: set[str] | None = None) -> dict[str, Any]:
+    """A section of the file's layout that is no model of its own, checked as a mapping."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
         raise _fail(key, raw, "must be a mapping")
+    for name, value in raw.items():
+        if allowed is not None and name not in allowed:
+            where = f"{key}.{name}" if key != "(top level)" else str(name)
+            raise _fail(where, value, f"unknown key (allowed: {', '.join(sorted(allowed))})")
     return dict(raw)
-
-
-def _validate_block(model: type[_Block], raw: object, key: str) -> Any:
-    try:
-        return model.model_validate(_mapping(raw, key))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        where = f"{key}.{loc}" if loc else key
-        value = err.get("input")
-        if err["type"] == "extra_forbidden":
-            allowed = ", ".join(model.model_fields)
-            raise _fail(where, value, f"unknown key (allowed: {allowed})") from None
-        if err["type"] == "missing":
-            raise ConfigError(f"invalid config: {where} is required") from None
-        message = str(err.get("ctx", {}).get("error", err["msg"]))
-        raise _fail(where, value, message) from None
 
 
 def _interpolate_env(value: Any, key: str, found: list[tuple[str, str]] | None = None) -> Any:
@@ -346,68 +541,6 @@ def _resolve_location(value: str, base_dir: Path) -> str:
     return value
 
 
-def _catalog_settings(raw: object, base_dir: Path, embedded: bool) -> CatalogSettings:
-    block = _mapping(raw, "catalog")
-    name = block.pop("name", DEFAULT_CATALOG_NAME)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise _fail("catalog.name", name, "must be a plain identifier (letters, digits, _)")
-    props: dict[str, str] = {}
-    for key, value in block.items():
-        if isinstance(value, Mapping | list) or value is None:
-            raise _fail(f"catalog.{key}", value, "must be a string, number or boolean")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if key in ("uri", "warehouse"):
-            text = _resolve_location(text, base_dir)
-        props[str(key)] = text
-    if "uri" not in props and props.get("type") not in ("rest", "glue", "hive", "in-memory"):
-        raise ConfigError("invalid config: catalog.uri is required (e.g. sqlite:///catalog.db)")
-    return CatalogSettings(name=name, properties=props, embedded=embedded)
-
-
-def _spark_settings(raw: object) -> SparkSettings:
-    block = _mapping(raw, "spark")
-    _check_keys(block, {"master", "conf"}, "spark")
-    master = block.get("master", "local[*]")
-    if not isinstance(master, str) or not master:
-        raise _fail("spark.master", master, "must be a non-empty string such as local[*]")
-    conf_raw = _mapping(block.get("conf"), "spark.conf")
-    conf: dict[str, str] = {}
-    for key, value in conf_raw.items():
-        if isinstance(value, Mapping | list) or value is None:
-            raise _fail(f"spark.conf.{key}", value, "must be a string, number or boolean")
-        conf[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
-    return SparkSettings(master=master, conf=conf)
-
-
-def _table_key(key: object, where: str) -> str:
-    if not isinstance(key, str) or "." not in key.strip(".") or key.startswith("."):
-        raise _fail(where, key, "must name a table as namespace.table")
-    return key
-
-
-def _table_settings(blocks: Mapping[str, Any], retention: Any, where: str) -> TableSettings:
-    values = {
-        name: _validate_block(model, blocks.get(name), f"{where}.{name}")
-        for name, model in _BLOCKS.items()
-    }
-    orphan: RemoveOrphanFilesSettings = values["remove_orphan_files"]
-    if orphan.retention_threshold < MIN_ORPHAN_RETENTION:
-        raise _fail(
-            f"{where}.remove_orphan_files.retention_threshold",
-            format_duration(orphan.retention_threshold),
-            "must be at least 24h (younger files may belong to writes in progress)",
-        )
-    optimize: OptimizeSettings = values["optimize"]
-    if optimize.sort_order is not None:
-        from icegate_dagster.maintenance.identifiers import validate_sort_order
-
-        validate_sort_order(optimize.sort_order, f"{where}.optimize.sort_order")
-    rule = None
-    if retention is not None:
-        rule = _validate_block(RetentionSettings, retention, f"{where}.retention")
-    return TableSettings(**values, retention=rule)
-
-
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(dict(base))
     for key, value in override.items():
@@ -418,92 +551,91 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
     return merged
 
 
+def _merged_block(default: object, own: object) -> object:
+    """One block of a table: its own keys laid over the default block's."""
+    if own is None:
+        return default
+    if isinstance(default, Mapping) and isinstance(own, Mapping):
+        return _deep_merge(default, own)
+    # No default block, or a value that is no mapping (for the model to refuse).
+    return own
+
+
+def _fields_from_file(
+    top: Mapping[str, Any], embedded: bool
+) -> tuple[dict[str, Any], dict[tuple[str | int, ...], str]]:
+    """The file's layout mapped onto IcegateConfig's fields, values left for the models to
+    check; also the locations whose key in the file is not the one ``_FILE_KEYS`` gives."""
+    fields: dict[str, Any] = {key: top[key] for key in ("namespaces", "spark") if key in top}
+
+    catalog = top.get("catalog")
+    if catalog is None or isinstance(catalog, Mapping):
+        properties = dict(catalog or {})
+        catalog = {"properties": properties, "embedded": embedded}
+        if "name" in properties:
+            catalog["name"] = properties.pop("name")
+    fields["catalog"] = catalog
+
+    wal = _section(top.get("wal"), "wal", {"root"})
+    if "root" in wal:
+        fields["wal_root"] = wal["root"]
+
+    maintain = _section(
+        top.get("maintain"),
+        "maintain",
+        {*_MAINTAIN_FIELDS, "tables", *TableSettings.model_fields},
+    )
+    fields.update((key, maintain[key]) for key in _MAINTAIN_FIELDS if key in maintain)
+    defaults = {name: maintain[name] for name in _blocks() if name in maintain}
+    fields["defaults"] = defaults
+
+    # A table's settings: its own blocks laid over the defaults, its retention rule from
+    # maintain.tables or else maintain.retention. Unknown keys are left for TableSettings.
+    rules = _section(maintain.get("retention"), "maintain.retention")
+    tables = _section(maintain.get("tables"), "maintain.tables")
+    overrides: dict[Any, Any] = {}
+    for table in dict.fromkeys([*rules, *tables]):
+        own = tables.get(table)
+        if own is None:
+            own = {}
+        if isinstance(own, Mapping):
+            own = {
+                **own,
+                **{name: _merged_block(defaults.get(name), own.get(name)) for name in _blocks()},
+                "retention": own.get("retention", rules.get(table)),
+            }
+        overrides[table] = own
+    fields["table_overrides"] = overrides
+    # A bad table name found only under maintain.retention is named there.
+    file_keys: dict[tuple[str | int, ...], str] = {
+        ("table_overrides", table, "[key]"): f"maintain.retention.{table}"
+        for table in rules
+        if table not in tables
+    }
+    return fields, {**_FILE_KEYS, **file_keys}
+
+
 def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> IcegateConfig:
     """Validate a parsed configuration; relative paths resolve against ``base_dir``."""
-    top = _mapping(raw, "(top level)")
-    _check_keys(top, _TOP_KEYS, "")
+    top = _section(raw, "(top level)", set(_TOP_KEYS))
     interpolated: list[tuple[str, str]] = []
     top = _interpolate_env(top, "", interpolated)
-    secrets = tuple(
-        dict.fromkeys(v for k, v in interpolated if v.strip() and k.startswith(_SECRET_BLOCKS))
-    )
     embedded = "catalog" not in top
     if embedded:
         # No catalog named: the embedded SQLite lakehouse beside the config file.
         default = embedded_default_dict(base_dir / EMBEDDED_DIR)
         top["catalog"] = default["catalog"]
         top.setdefault("wal", default["wal"])
-
-    namespaces_raw = top.get("namespaces")
-    namespaces: tuple[str, ...] | None = None
-    if namespaces_raw is not None:
-        if not isinstance(namespaces_raw, list) or not all(
-            isinstance(n, str) and n for n in namespaces_raw
-        ):
-            raise _fail("namespaces", namespaces_raw, "must be a list of namespace names")
-        namespaces = tuple(namespaces_raw)
-
-    wal = _mapping(top.get("wal"), "wal")
-    _check_keys(wal, {"root"}, "wal")
-    wal_root = wal.get("root")
-    if wal_root is not None:
-        if not isinstance(wal_root, str) or not wal_root:
-            raise _fail("wal.root", wal_root, "must be a path or file:// URI")
-        wal_root = _resolve_location(wal_root, base_dir)
-
-    maintain = _mapping(top.get("maintain"), "maintain")
-    _check_keys(maintain, _MAINTAIN_KEYS, "maintain")
-    log_table = maintain.get("log_table", DEFAULT_LOG_TABLE)
-    _table_key(log_table, "maintain.log_table")
-    lock_wait = DEFAULT_LOCK_WAIT
-    if "lock_wait" in maintain:
-        try:
-            lock_wait = parse_duration(maintain["lock_wait"])
-        except ValueError as exc:
-            raise _fail("maintain.lock_wait", maintain["lock_wait"], str(exc)) from None
-    parallel_tables = maintain.get("parallel_tables", DEFAULT_PARALLEL_TABLES)
-    if isinstance(parallel_tables, bool) or not isinstance(parallel_tables, int):
-        raise _fail("maintain.parallel_tables", parallel_tables, "must be a whole number")
-    if not 1 <= parallel_tables <= 64:
-        raise _fail("maintain.parallel_tables", parallel_tables, "must be between 1 and 64")
-
-    locks: LockSettings = _validate_block(LockSettings, maintain.get("locks"), "maintain.locks")
-    if locks.uri is not None:
-        locks = locks.model_copy(update={"uri": _resolve_location(locks.uri, base_dir)})
-
-    block_defaults = {name: _mapping(maintain.get(name), f"maintain.{name}") for name in _BLOCKS}
-    defaults = _table_settings(block_defaults, None, "maintain")
-
-    retention_rules = _mapping(maintain.get("retention"), "maintain.retention")
-    overrides_raw = _mapping(maintain.get("tables"), "maintain.tables")
-    overrides: dict[str, TableSettings] = {}
-    for table in {*retention_rules, *overrides_raw}:
-        where = f"maintain.tables.{table}"
-        _table_key(table, where if table in overrides_raw else f"maintain.retention.{table}")
-        own = _mapping(overrides_raw.get(table), where)
-        _check_keys(own, _TABLE_OVERRIDE_KEYS, where)
-        blocks = {
-            name: _deep_merge(block_defaults[name], _mapping(own.get(name), f"{where}.{name}"))
-            for name in _BLOCKS
-        }
-        retention = own.get("retention", retention_rules.get(table))
-        overrides[table] = _table_settings(blocks, retention, where)
-
-    return IcegateConfig(
-        catalog=_catalog_settings(top.get("catalog"), base_dir, embedded),
-        namespaces=namespaces,
-        spark=_spark_settings(top.get("spark")),
-        wal_root=wal_root,
-        log_table=log_table,
-        defaults=defaults,
-        table_overrides=overrides,
-        source=source,
-        lock_wait=lock_wait,
-        parallel_tables=parallel_tables,
-        locks=locks,
-        locks_fallback_uri=f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}",
-        secrets=secrets,
+    fields, file_keys = _fields_from_file(top, embedded)
+    fields["source"] = source
+    fields["locks_fallback_uri"] = f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}"
+    fields["secrets"] = tuple(
+        dict.fromkeys(v for k, v in interpolated if v.strip() and k.startswith(_SECRET_BLOCKS))
     )
+    try:
+        return IcegateConfig.model_validate(fields, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise _config_error(exc, file_keys) from None
 
 
 def embedded_default_dict(root: Path) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """Sensors: table discovery and WAL size, both on metadata only (never a JVM)."""
 
 import hashlib
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,7 +42,6 @@ def iceberg_table_discovery(
     discovered = [ref.key for ref in maintainer.discover()]
     current = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
     added, removed = partition_changes(discovered, current)
-    cursor = hashlib.sha256("\n".join(sorted(discovered)).encode()).hexdigest()[:16]
     deferred = still_targeted(context.instance, current, removed)
     if deferred:
         # Deleting a partition an unfinished run names as its range start or end fails
@@ -73,7 +71,7 @@ def iceberg_table_discovery(
     if removed:
         context.log.info(f"{len(removed)} tables gone from the catalog: {_some(removed)}")
         requests.append(iceberg_tables.build_delete_request(removed))
-    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
+    return dg.SensorResult(dynamic_partitions_requests=requests)
 
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -159,8 +157,7 @@ def backoff_until(records: list[Any]) -> tuple[int, datetime | None]:
     if len(failed) < 2:  # one failure is retried at the next tick
         return len(failed), None
     last = max(
-        (r.end_time if r.end_time is not None else r.update_timestamp.timestamp())
-        for r in failed
+        (r.end_time if r.end_time is not None else r.update_timestamp.timestamp()) for r in failed
     )
     wait = min(BACKOFF_BASE * 2 ** (len(failed) - 2), BACKOFF_MAX)
     return len(failed), datetime.fromtimestamp(last, UTC) + wait
@@ -273,7 +270,6 @@ def wal_size_sensor(
         context.log.warning(
             "backing off WAL backlogs whose runs keep failing: " + "; ".join(waiting_out)
         )
-    cursor = json.dumps({"due": sorted(due), "busy": busy, "backing_off": waiting_out})
     if not requests:
         reasons = []
         if busy:
@@ -284,4 +280,4 @@ def wal_size_sensor(
         if waiting_out:
             reasons.append("backing off after failed runs: " + "; ".join(waiting_out))
         return dg.SkipReason("; ".join(reasons))
-    return dg.SensorResult(run_requests=requests, cursor=cursor)
+    return dg.SensorResult(run_requests=requests)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tests.net import free_port
+from tests.servers import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 #: Answers once the code location has loaded: both assets are known.
@@ -44,6 +43,12 @@ def graphql(port: int, query: str) -> dict[str, Any]:
     return payload.get("data") or {}
 
 
+def _loaded(port: int) -> dict[str, Any] | None:
+    """The ready answer once the code location has loaded, else None."""
+    data = graphql(port, READY_QUERY)
+    return data if data.get("assetNodes") else None
+
+
 @contextmanager
 def running_webserver(
     dagster_home: Path, config_path: Path, log_path: Path, timeout_s: float = 180
@@ -60,28 +65,6 @@ def running_webserver(
     }
     command = [sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port)]
     command += ["-w", str(REPO / "workspace.yaml")]
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    data = graphql(port, READY_QUERY)
-                    if data.get("assetNodes"):
-                        break
-                except OSError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"dagster-webserver did not come up (exit {server.poll()}); "
-                        f"see {log_path}:\n{log_path.read_text()[-3000:]}"
-                    )
-                time.sleep(1)
-            yield port, data
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    with ServerProcess("dagster-webserver", command, log_path, cwd=REPO, env=env) as server:
+        data = server.wait_ready(partial(_loaded, port), timeout_s, interval=1)
+        yield port, data

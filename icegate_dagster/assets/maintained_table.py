@@ -12,17 +12,18 @@ run to some steps (the WAL sensor runs ``wal_compaction`` only).
 
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
+from icegate_dagster import render
 from icegate_dagster.catalog import scrub
 from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
-from icegate_dagster.maintenance.maintainer import unreadable_result
+from icegate_dagster.maintenance.ops import Operation
+from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
@@ -57,7 +58,7 @@ class MaintenanceBatch:
     """The tables of one run, passed from step to step, and the operations it runs."""
 
     tables: list[TableRun]
-    operations: tuple[str, ...] = OPERATIONS
+    operations: tuple[str, ...]
 
 
 class PlanConfig(dg.Config):
@@ -65,7 +66,7 @@ class PlanConfig(dg.Config):
 
     operations: list[str] | None = Field(
         default=None,
-        description=f"a subset of {', '.join(OPERATIONS)}; unset runs them all",
+        description="a subset of the maintenance steps (by name); unset runs them all",
     )
 
 
@@ -79,72 +80,53 @@ def plan(
     context: dg.OpExecutionContext, config: PlanConfig, lakehouse: LakehouseResource
 ) -> MaintenanceBatch:
     """Every partition of the run becomes a :class:`TableRun`; a bad one fails alone."""
-    unknown = sorted(set(config.operations or ()) - set(OPERATIONS))
+    known = OPERATIONS.names()
+    unknown = sorted(set(config.operations or ()) - set(known))
     if unknown:
         raise dg.Failure(
             f"plan.config.operations: {', '.join(map(repr, unknown))} "
-            f"is not an operation (known: {', '.join(OPERATIONS)})"
+            f"is not an operation (known: {', '.join(known)})"
         )
-    operations = tuple(
-        op for op in OPERATIONS if config.operations is None or op in config.operations
-    )
+    operations = tuple(op for op in known if config.operations is None or op in config.operations)
     maintainer = lakehouse.maintainer(context.run.run_id)
     tables = []
     for key in context.partition_keys:
         started = time.monotonic()
+        ref: TableRef | None = None
         try:
             ref = maintainer.resolve(key)
+            before = maintainer.stats(ref)
         except Exception as exc:  # the table fails alone; the others go on
             error = scrub(str(exc), maintainer.config)
             context.log.error(f"{key}: {error}")
-            # Dropped before its run (or never a table): each operation it would have run
-            # fails, and ``record`` logs a failed row for each.
+            # Dropped before its run, never a table, or unreadable: each operation it would
+            # have run fails, and ``record`` logs a failed row for each.
             try:
-                would_run = maintainer.operations_for(TableRef.parse(key))
+                would_run = maintainer.operations_for(ref or TableRef.parse(key))
             except Exception:
                 would_run = ()
-            failed = [unreadable_result(key, op, error) for op in would_run if op in operations]
-            tables.append(TableRun(key, None, None, started, ops=failed, error=error))
-            continue
-        try:
-            before = maintainer.stats(ref)
-        except Exception as exc:
-            # It exists but cannot be read: its operations fail, and are logged as such.
-            error = scrub(str(exc), maintainer.config)
-            context.log.error(f"{key}: {error}")
-            failed = [
-                unreadable_result(key, op, error)
-                for op in maintainer.operations_for(ref)
-                if op in operations
-            ]
-            tables.append(TableRun(key, None, None, started, ops=failed, error=error))
+            failed = TableResult.failed(key, error, [op for op in would_run if op in operations])
+            tables.append(TableRun(key, None, None, started, ops=failed.ops, error=error))
             continue
         context.log.info(
             f"{key}: {before.data_files} data files ({before.small_files} small), "
             f"{before.snapshots} snapshots, {before.rows} rows"
         )
         tables.append(TableRun(key, ref, before, started))
-    if operations != OPERATIONS:
+    if operations != known:
         context.log.info(f"this run does only: {', '.join(operations)}")
     return MaintenanceBatch(tables, operations)
 
 
-_STEP_DESCRIPTIONS = {
-    "wal_compaction": "Ingest each table's WAL Parquet files once they reach a threshold (Spark).",
-    "optimize": "Compact small data files with Iceberg's rewrite_data_files (Spark).",
-    "rewrite_manifests": "Cluster manifests by partition with Iceberg's rewrite_manifests (Spark).",
-    "expire_snapshots": "Expire old snapshots with Iceberg's expire_snapshots (Spark).",
-    "remove_orphan_files": "Delete old unreferenced files with remove_orphan_files (Spark).",
-    "retention": "Delete rows past the table's TTL rule, where one is configured (Spark).",
-}
+def maintenance_step(operation: Operation) -> dg.OpDefinition:
+    """The Dagster step of one registered operation: it runs on every table of the batch."""
+    name = operation.name
 
-
-def _maintenance_step(operation: str) -> dg.OpDefinition:
     @dg.op(
-        name=operation,
+        name=name,
         pool=POOL,
-        description=_STEP_DESCRIPTIONS[operation],
-        tags={"icegate/operation": operation},
+        description=operation.description,
+        tags={"icegate/operation": name},
     )
     def step(
         context: dg.OpExecutionContext,
@@ -153,32 +135,29 @@ def _maintenance_step(operation: str) -> dg.OpDefinition:
         batch: MaintenanceBatch,
     ) -> MaintenanceBatch:
         maintainer = lakehouse.maintainer(context.run.run_id, spark)
-        if operation not in batch.operations:
+        if name not in batch.operations:
             return batch
         todo = [
             (table, table.ref)
             for table in batch.tables
-            if table.ref is not None and operation in maintainer.operations_for(table.ref)
+            if table.ref is not None and name in maintainer.operations_for(table.ref)
         ]
-        workers = max(1, min(maintainer.config.parallel_tables, len(todo)))
         # Tables side by side in the run's one Spark session (maintain.parallel_tables);
         # results are logged here, in the step's own thread, as each table finishes.
-        with ThreadPoolExecutor(workers, thread_name_prefix=f"icegate-{operation}") as pool:
-            running = {pool.submit(maintainer.run_op, ref, operation): table for table, ref in todo}
-            for future in as_completed(running):
-                table, result = running[future], future.result()
-                table.ops.append(result)
-                log = context.log.error if result.status == "failed" else context.log.info
-                log(
-                    f"{table.key} {operation}: {result.status} in {result.duration_s:.1f}s: "
-                    f"{result.details}"
-                )
+        for (table, _), result in each_table(
+            todo,
+            lambda item: maintainer.run_op(item[1], operation),
+            maintainer.config.parallel_tables,
+            f"icegate-{name}",
+        ):
+            table.ops.append(result)
+            log = context.log.error if result.status == "failed" else context.log.info
+            log(
+                f"{table.key} {name}: {result.status} in {result.duration_s:.1f}s: {result.details}"
+            )
         return batch
 
     return step
-
-
-MAINTENANCE_STEPS = [_maintenance_step(operation) for operation in OPERATIONS]
 
 
 def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
@@ -198,11 +177,10 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         "rows_before": number(before, "rows"),
         "rows_after": number(after, "rows"),
         "small_files_after": number(after, "small_files"),
-        "wal_files_ingested": sum(int(op.output.get("wal_files_ingested", 0)) for op in result.ops),
+        **{key: render.output_sum(result, key) for key in OPERATIONS.metadata_sums()},
         "wal_files_count": wal.files,
         "wal_size_bytes": wal.bytes,
         "wal_files_quarantined": wal.quarantined,
-        "orphans_removed": sum(int(op.output.get("orphans_removed", 0)) for op in result.ops),
         "duration_s": round(result.duration_s, 3),
         "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
     }
@@ -212,20 +190,9 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         metadata[f"{op.operation}_duration_s"] = round(op.duration_s, 3)
     if result.error:
         metadata["error"] = result.error
-    rows = "\n".join(
-        f"| {op.operation} | {op.status} | {op.duration_s:.1f}s | "
-        f"{_files(op.before)} → {_files(op.after)} | {op.details.replace('|', '/')} |"
-        for op in result.ops
-    )
-    metadata["ops"] = dg.MetadataValue.md(
-        "| operation | status | time | data files | details |\n|---|---|---|---|---|\n" + rows
-    )
+    metadata["ops"] = dg.MetadataValue.md(render.ops_markdown(result))
     metadata["ops_json"] = dg.MetadataValue.json([op.as_dict() for op in result.ops])
     return metadata
-
-
-def _files(stats: TableStats | None) -> str:
-    return str(stats.data_files) if stats is not None else "?"
 
 
 def check_event(outcome: CheckOutcome, partition: str) -> dg.AssetCheckEvaluation:
@@ -259,7 +226,7 @@ def record(
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     config = lakehouse.config()
     results = [table.result() for table in batch.tables]
-    maintainer.write_logs(list(results))  # one append for the whole run
+    maintainer.write_logs(results)  # one append for the whole run
     for table, result in zip(batch.tables, results, strict=True):
         # A table that could not be resolved has no WAL folder to size. One whose WAL
         # cannot be listed fails its wal_backlog check alone: the others are recorded.
@@ -296,24 +263,33 @@ def record(
         context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s")
 
 
-@dg.graph_asset(
-    name="maintained_table",
-    partitions_def=iceberg_tables,
-    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=TABLES_PER_BACKFILL_RUN),
-    group_name="iceberg_maintenance",
-    kinds={"iceberg", "spark"},
-    description=(
-        "Every Iceberg table of the lakehouse, kept healthy: WAL ingested, small files "
-        "compacted, manifests rewritten, old snapshots expired, orphaned files removed, TTL "
-        "applied. One partition per table."
-    ),
-)
-def maintained_table() -> Any:
-    """The maintenance pass as a graph: each operation is its own step."""
-    batch = plan()
-    for step in MAINTENANCE_STEPS:
-        batch = step(batch)
-    return record(batch)
+def build_maintained_table() -> dg.AssetsDefinition:
+    """``maintained_table`` with one step per operation registered now (see ``ops``)."""
+    steps = [maintenance_step(operation) for operation in OPERATIONS]
+
+    @dg.graph_asset(
+        name="maintained_table",
+        partitions_def=iceberg_tables,
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=TABLES_PER_BACKFILL_RUN),
+        group_name="iceberg_maintenance",
+        kinds={"iceberg", "spark"},
+        description=(
+            "Every Iceberg table of the lakehouse, kept healthy: WAL ingested, small files "
+            "compacted, manifests rewritten, old snapshots expired, orphaned files removed, "
+            "TTL applied. One partition per table."
+        ),
+    )
+    def maintained_table() -> Any:
+        """The maintenance pass as a graph: each operation is its own step."""
+        batch = plan()
+        for step in steps:
+            batch = step(batch)
+        return record(batch)
+
+    return maintained_table
+
+
+maintained_table = build_maintained_table()
 
 
 def _declared_check(name: str) -> dg.AssetChecksDefinition:

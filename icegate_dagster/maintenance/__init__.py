@@ -2,7 +2,8 @@
 
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.maintainer import Maintainer, new_run_id
-from icegate_dagster.maintenance.results import OPERATIONS, OpResult, TableResult, TableStats
+from icegate_dagster.maintenance.ops import OPERATIONS
+from icegate_dagster.maintenance.results import OpResult, TableResult, TableStats
 
 __all__ = [
     "OPERATIONS",

@@ -1,15 +1,25 @@
-"""Which tables exist: the configured namespaces' tables, minus ``_``-prefixed ones."""
+"""Which tables exist (the configured namespaces' tables, minus ``_``-prefixed ones),
+and where their folders are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from icegate_dagster.errors import CatalogUnavailableError, InvalidIdentifierError
+from icegate_dagster.errors import (
+    CatalogUnavailableError,
+    IcegateError,
+    InvalidIdentifierError,
+    OperationError,
+    TableNotFoundError,
+    describe_error,
+)
 from icegate_dagster.maintenance.identifiers import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 
 def list_namespaces(catalog: Catalog, configured: Iterable[str] | None) -> list[str]:
@@ -19,8 +29,12 @@ def list_namespaces(catalog: Catalog, configured: Iterable[str] | None) -> list[
     return sorted(".".join(ns) for ns in catalog.list_namespaces())
 
 
-def discover_tables(catalog: Catalog, namespaces: Iterable[str] | None) -> list[TableRef]:
-    """Tables to maintain, sorted; metadata tables (name starts with ``_``) are left out.
+def discover_tables(
+    catalog: Catalog, namespaces: Iterable[str] | None, log_table: str | None = None
+) -> list[TableRef]:
+    """Tables to maintain, sorted; metadata tables (name starts with ``_``) and the log
+    table are left out. (Catalogs such as SeaweedFS and S3 Tables refuse ``_`` names, so
+    the log table may be an ordinary name in a maintained namespace.)
 
     A configured namespace that does not exist yields no tables rather than an
     error, so a fresh lakehouse can be configured before its first write. Names
@@ -44,7 +58,7 @@ def discover_tables(catalog: Catalog, namespaces: Iterable[str] | None) -> list[
                 ref = TableRef(".".join(identifier[:-1]), identifier[-1])
             except InvalidIdentifierError:
                 continue
-            if not ref.is_internal:
+            if not ref.is_internal and ref.key != log_table:
                 found.append(ref)
     return sorted(found)
 
@@ -150,3 +164,79 @@ def overlapping_tables(key: str, location: str, locations: dict[str, str]) -> li
         for other, theirs in locations.items()
         if other != key and (mine.startswith(theirs + "/") or (theirs + "/").startswith(mine))
     )
+
+
+class TableLocations:
+    """Every table's location, listed once (on first use) and shared by the threads of a
+    pass: orphan removal lists a table's folder, so it refuses folders that overlap."""
+
+    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+        self._catalog = catalog
+        self._lock = threading.Lock()
+        self._locations: dict[str, str] | None = None
+        self._unreadable: dict[str, str] = {}
+
+    def _listed(self) -> tuple[dict[str, str], dict[str, str]]:
+        with self._lock:
+            if self._locations is None:
+                unreadable: dict[str, str] = {}
+                self._locations = table_locations(self._catalog(), unreadable)
+                self._unreadable = unreadable
+            return self._locations, self._unreadable
+
+    def refuse_overlaps(self, operation: str, key: str, location: str) -> None:
+        """Raise unless ``key``'s folder (``location``) holds no other table's files.
+
+        Fails closed: a table whose location is unknown may lie inside this one's folder.
+        """
+        locations, unreadable = self._listed()
+        unknown = {k: v for k, v in unreadable.items() if k != key}
+        if unknown:
+            named = "; ".join(f"{k} ({v})" for k, v in unknown.items())
+            raise OperationError(
+                f"refusing {operation} on {key}: the location of "
+                f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
+                f"in {location} and look orphaned: {named}; repair or drop "
+                f"{'it' if len(unknown) == 1 else 'them'} first"
+            )
+        shared = overlapping_tables(key, location, locations)
+        if shared:
+            raise OperationError(
+                f"refusing {operation} on {key}: its location {location} "
+                f"overlaps the location of {', '.join(shared)}, whose live files would look "
+                "orphaned; give each table its own folder"
+            )
+
+
+def resolve_table(catalog: Catalog, name: str, catalog_name: str) -> TableRef:
+    """Parse a user-given ``namespace.table`` and check that the table exists."""
+    ref = TableRef.parse(name)
+    if not catalog.table_exists(ref.identifier):
+        parts = tuple(name.split("."))
+        if len(parts) > 2 and catalog.table_exists(parts):
+            raise InvalidIdentifierError(
+                f"table {name!r} is in the nested namespace {'.'.join(parts[:-1])!r}; "
+                "only one-level namespaces are maintained"
+            )
+        raise TableNotFoundError(f"table {ref.key!r} does not exist in catalog {catalog_name!r}")
+    return ref
+
+
+def load_table(
+    catalog: Catalog, ref: TableRef, catalog_name: str, scrub: Callable[[str], str]
+) -> Table:
+    """Load a table's current metadata; an error naming the table when it is gone or
+    unreadable (``scrub`` masks secrets in the catalog's own message)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(ref.identifier)
+    except NoSuchTableError:
+        raise TableNotFoundError(
+            f"table {ref.key!r} does not exist in catalog {catalog_name!r}"
+        ) from None
+    except IcegateError:
+        raise
+    except Exception as exc:  # corrupt or unreachable metadata: name the table
+        detail = scrub(describe_error(exc))
+        raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None

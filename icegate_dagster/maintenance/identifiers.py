@@ -13,12 +13,6 @@ from icegate_dagster.errors import InvalidIdentifierError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_PART = 255
-_SORT_TERM = r"[A-Za-z_][A-Za-z0-9_.]*(\s+(ASC|DESC))?(\s+NULLS\s+(FIRST|LAST))?"
-_SORT_ORDER = re.compile(
-    rf"^\s*(zorder\(\s*[A-Za-z_][A-Za-z0-9_.]*(\s*,\s*[A-Za-z_][A-Za-z0-9_.]*)*\s*\)"
-    rf"|{_SORT_TERM}(\s*,\s*{_SORT_TERM})*)\s*$",
-    re.IGNORECASE,
-)
 
 
 def validate_name_part(part: str, what: str) -> str:
@@ -40,16 +34,6 @@ def quote_identifier(part: str) -> str:
 def sql_string(text: str) -> str:
     """A Spark SQL string literal holding ``text`` exactly (backslash and quote escaped)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def validate_sort_order(text: str, key: str = "sort_order") -> str:
-    """Accept ``zorder(a, b)`` or ``a ASC NULLS LAST, b DESC``; anything else is refused."""
-    if not _SORT_ORDER.match(text):
-        raise InvalidIdentifierError(
-            f"invalid config: {key} = {text!r}: must be zorder(col, ...) or "
-            "'col [ASC|DESC] [NULLS FIRST|LAST], ...' with plain column names"
-        )
-    return text.strip()
 
 
 @dataclass(frozen=True, order=True)

@@ -153,9 +153,7 @@ class Lease:
                 ) from None
             if not ours:
                 other = self.store.holder(self.table)
-                self._lose(
-                    f"its lease was taken over by {other.describe() if other else 'nobody'}"
-                )
+                self._lose(f"its lease was taken over by {other.describe() if other else 'nobody'}")
         if self.lost.is_set():
             raise LeaseLostError(f"{self.table}: {self.reason}; stopped before committing")
 
@@ -331,9 +329,7 @@ class TableLocks:
         if row is None:
             return None
         held = max(0.0, float(row[3]) - float(row[2]))
-        return LockHolder(
-            str(row[0]), _stamp(row[1]), _stamp(row[2]), timedelta(seconds=held)
-        )
+        return LockHolder(str(row[0]), _stamp(row[1]), _stamp(row[2]), timedelta(seconds=held))
 
     @contextlib.contextmanager
     def hold(self, table: str, holder: str, wait: timedelta) -> Iterator[Lease | LockHolder]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
-from icegate_dagster.maintenance.results import OpResult
+from icegate_dagster.maintenance.results import OpResult, TableResult
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -143,3 +147,93 @@ def log_size(catalog: Catalog, ref: TableRef) -> int:
     if snapshot is None or snapshot.summary is None:
         return 0
     return int(snapshot.summary.get("total-records", 0) or 0)
+
+
+class LogWriter:
+    """Appends a pass's outcomes to the log table: creates it once, writes with Spark
+    (one commit per call), and with pyiceberg when Spark cannot start at all."""
+
+    def __init__(
+        self,
+        catalog: Callable[[], Catalog],
+        ref: TableRef,
+        catalog_name: str,
+        run_id: str,
+        spark: Callable[[], SparkSession],
+        scrub: Callable[[str], str],
+    ) -> None:
+        self.ref = ref
+        self.run_id = run_id
+        self._catalog = catalog
+        self._catalog_name = catalog_name
+        self._spark = spark
+        self._scrub = scrub
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def write(self, results: Sequence[OpResult]) -> None:
+        """One row per result, in one commit; raises :class:`IcegateError` naming the cause."""
+        if not results:
+            return
+        from icegate_dagster.errors import SparkStartError
+
+        try:
+            with self._lock:
+                if not self._ready:
+                    ensure_log_table(self._catalog(), self.ref)
+                    self._ready = True
+            rows = [log_row(r, self.run_id) for r in results]
+            try:
+                spark = self._spark()
+            except SparkStartError:
+                # Spark cannot run with this configuration (the ops said why): the outcomes
+                # still reach the log, appended by pyiceberg in one commit.
+                append_log_rows_without_spark(self._catalog(), self.ref, rows)
+                return
+            append_log_rows(spark, self._catalog_name, self.ref, rows)
+        except Exception as exc:
+            message = self._scrub(describe_error(exc))
+            raise IcegateError(f"cannot write the maintenance log: {message}") from None
+
+    def write_tables(self, tables: Sequence[TableResult]) -> None:
+        """The rows of all ``tables`` in one commit; a failure is recorded on each table
+        (as ``maintenance log not written: ...``), never raised. ``tables`` is not changed."""
+        try:
+            self.write([op for table in tables for op in table.ops])
+        except IcegateError as exc:
+            for table in tables:
+                table.error = table.error or str(exc)
+
+    @contextlib.contextmanager
+    def batches(self, tables_per_write: int, *, enabled: bool = True) -> Iterator[LogBatch]:
+        """Collect finished tables and write their rows every ``tables_per_write`` tables
+        (a crash loses at most those), and the rest when the block ends, however it ends."""
+        batch = LogBatch(self, tables_per_write if enabled else 0)
+        try:
+            yield batch
+        finally:
+            batch.flush()
+
+
+class LogBatch:
+    """Tables whose rows are not written yet (see :meth:`LogWriter.batches`)."""
+
+    def __init__(self, writer: LogWriter, size: int) -> None:
+        self._writer = writer
+        self._size = size
+        self._pending: list[TableResult] = []
+
+    def add(self, table: TableResult) -> None:
+        """Queue ``table``'s rows; write the queue once it holds a batch (never when the
+        batch size is 0: a dry run logs nothing)."""
+        if self._size <= 0:
+            return
+        self._pending.append(table)
+        if len(self._pending) >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued rows now."""
+        pending, self._pending = self._pending, []
+        if pending:
+            self._writer.write_tables(pending)

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 Status = Literal["completed", "failed", "skipped"]
-
-#: The maintenance operations, in the order a full pass runs them. ``wal_compaction``
-#: runs where ``wal.root`` is set, ``retention`` only on tables with a TTL rule.
-OPERATIONS = (
-    "wal_compaction",
-    "optimize",
-    "rewrite_manifests",
-    "expire_snapshots",
-    "remove_orphan_files",
-    "retention",
-)
 
 
 @dataclass
@@ -77,6 +67,29 @@ class OpResult:
     #: When the operation ended (UTC): the log row's ``executed_at``.
     finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
+    @classmethod
+    def of(
+        cls,
+        table: str,
+        operation: str,
+        outcome: Outcome,
+        stats: tuple[TableStats | None, TableStats | None],
+        duration_s: float,
+    ) -> OpResult:
+        """The result of ``operation`` from its outcome and the table's stats around it;
+        a failure's details are its error."""
+        failed = outcome.status == "failed"
+        return cls(
+            table,
+            operation,
+            outcome.status,
+            outcome.details,
+            *stats,
+            duration_s,
+            output=outcome.output,
+            error=outcome.details if failed else None,
+        )
+
     @property
     def ok(self) -> bool:
         """Completed or skipped: anything but a failure."""
@@ -120,6 +133,18 @@ class TableResult:
         """A table's result; its state after is the last operation's that could be read."""
         after = next((op.after for op in reversed(ops) if op.after is not None), before)
         return cls(table, before, after, list(ops), duration_s, error)
+
+    @classmethod
+    def failed(
+        cls, table: str, error: str, operations: Sequence[str], duration_s: float = 0.0
+    ) -> TableResult:
+        """A table that could not be resolved or read: it fails alone, each operation it
+        would have run failing with ``error`` (so each reaches the log as a failed row)."""
+        ops = [
+            OpResult(table, name, "failed", error, None, None, 0.0, error=error)
+            for name in operations
+        ]
+        return cls(table, None, None, ops, duration_s, error=error)
 
     @property
     def ok(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -50,3 +51,27 @@ def table_stats(table: Table, small_file_threshold: int, min_input_files: int = 
         manifests=len(manifests),
         compactable_files=sum(n for n in small_per_partition.values() if n >= min_input_files),
     )
+
+
+class StatsCache:
+    """One metadata file, one answer: a table's stats are read once per table version."""
+
+    def __init__(self, limit: int = 512) -> None:
+        self._stats: dict[tuple[str, str], TableStats] = {}
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(
+        self, key: str, table: Table, small_file_threshold: int, min_input_files: int
+    ) -> TableStats:
+        """``table``'s stats (``key`` names it), computed once per metadata location."""
+        cache_key = (key, table.metadata_location)
+        with self._lock:
+            cached = self._stats.get(cache_key)
+        if cached is None:
+            cached = table_stats(table, small_file_threshold, min_input_files)
+            with self._lock:
+                if len(self._stats) >= self._limit:
+                    self._stats.clear()
+                self._stats[cache_key] = cached
+        return cached

@@ -9,6 +9,7 @@ import yaml
 from icegate_dagster.assets.maintained_table import POOL
 from icegate_dagster.definitions import defs
 from icegate_dagster.jobs import batch_run_requests, daily_maintenance
+from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.partitions import iceberg_tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,16 +43,8 @@ def test_maintenance_steps_are_visible_and_pooled() -> None:
     job = defs.resolve_job_def("maintenance_job")
     graph_node = job.graph.node_named("maintained_table")
     steps = {node.name for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
-    assert steps == {
-        "plan",
-        "wal_compaction",
-        "optimize",
-        "rewrite_manifests",
-        "expire_snapshots",
-        "remove_orphan_files",
-        "retention",
-        "record",
-    }
+    # One step per registered operation, between the two steps every run has.
+    assert steps == {"plan", *OPERATIONS.names(), "record"}
     pools = {node.name: node.definition.pool for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
     assert pools["optimize"] == POOL and pools["remove_orphan_files"] == POOL
 

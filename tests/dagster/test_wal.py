@@ -29,10 +29,9 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     return lakehouse
 
 
-def _tick(lh: Lakehouse, instance: dg.DagsterInstance, cursor: str | None = None) -> Any:
+def _tick(lh: Lakehouse, instance: dg.DagsterInstance) -> Any:
     context = dg.build_sensor_context(
         instance=instance,
-        cursor=cursor,
         resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
     )
     return wal_size_sensor(context)
@@ -58,7 +57,7 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
 
     # More files while that run waits: the same backlog, the same run_key (no duplicate).
     fill_wal(lh, files=7)
-    again = _tick(lh, instance, first.cursor)
+    again = _tick(lh, instance)
     assert [r.run_key for r in again.run_requests] == [request.run_key]
 
     # A run for it failed: the backlog is still there, so the next tick tries again.
@@ -71,17 +70,17 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
         raise_on_error=False,
     )
     assert not failed.success
-    retry = _tick(lh, instance, again.cursor)
+    retry = _tick(lh, instance)
     assert [r.partition_key for r in retry.run_requests] == [LOGS]
     assert retry.run_requests[0].run_key != request.run_key
 
     # Once the backlog is ingested, a new one gets a new key.
     Maintainer(lh.config).maintain_table(TableRef.parse(LOGS), ["wal_compaction"])
-    assert _tick(lh, instance, again.cursor).__class__ is dg.SkipReason
+    assert _tick(lh, instance).__class__ is dg.SkipReason
     lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), "z-1.parquet")
     for i in range(2, 5):
         lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), f"z-{i}.parquet")
-    later = _tick(lh, instance, again.cursor)
+    later = _tick(lh, instance)
     assert [r.partition_key for r in later.run_requests] == [LOGS]
     assert later.run_requests[0].run_key != request.run_key
 
@@ -192,9 +191,7 @@ def test_sensor_backs_off_a_backlog_whose_runs_keep_failing(
     [request] = _tick(lh, instance).run_requests
     job = defs.resolve_job_def("maintenance_job")
     for _ in range(3):  # three attempts at this backlog failed, the last one just now
-        instance.create_run_for_job(
-            job, tags=request.tags, status=dg.DagsterRunStatus.FAILURE
-        )
+        instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.FAILURE)
 
     backing_off = _tick(lh, instance)
 

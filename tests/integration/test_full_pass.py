@@ -56,7 +56,7 @@ def test_discovery_skips_underscore_tables(full_pass: PassOutcome) -> None:
 def test_every_op_completed(full_pass: PassOutcome) -> None:
     for result in full_pass.results.values():
         # No wal.root and no TTL rule are configured, so neither WAL nor retention op.
-        expected = [o for o in OPERATIONS if o not in ("wal_compaction", "retention")]
+        expected = [o for o in OPERATIONS.names() if o not in ("wal_compaction", "retention")]
         assert [op.operation for op in result.ops] == expected
     logs = full_pass.results["lakehouse.logs"]
     assert [op.status for op in logs.ops] == ["completed"] * 4, logs.as_dict()

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.log import ensure_log_table, log_size
-from icegate_dagster.maintenance.maintainer import (
+from icegate_dagster.maintenance.log_upkeep import (
     LOG_TABLE_SMALL_FILES,
     LOG_TABLE_SNAPSHOTS,
 )

@@ -28,7 +28,9 @@ from pyspark.sql import SparkSession
 from icegate_dagster.config import ExpireSnapshotsSettings
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance import maintainer as maintainer_module
-from icegate_dagster.maintenance import operations as ops
+from icegate_dagster.maintenance.discovery import TableLocations
+from icegate_dagster.maintenance.ops import OpContext
+from icegate_dagster.maintenance.ops.expire_snapshots import ExpireSnapshots
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
@@ -86,9 +88,18 @@ def test_snapshot_expiry_cutoff_is_an_instant(
     rule = ExpireSnapshotsSettings(retention_threshold=timedelta(hours=1), retain_last=1)
 
     spark = get_spark(lh.config)  # registers this lakehouse's catalog in the session
-    ops.expire_snapshots(
-        spark, lh.config.catalog.name, TableRef.parse(TABLE), rule, datetime.now(UTC)
+    ref, maintainer = TableRef.parse(TABLE), Maintainer(lh.config, spark=lambda: spark)
+    context = OpContext(
+        ref=ref,
+        table=table,
+        before=maintainer.stats(ref),
+        settings=maintainer.settings(ref).model_copy(update={"expire_snapshots": rule}),
+        config=lh.config,
+        now=datetime.now(UTC),
+        spark=lambda: spark,
+        locations=TableLocations(lambda: lh.catalog),
     )
+    ExpireSnapshots().run(context)  # the procedure itself, past the plan from metadata
 
     assert [s.snapshot_id for s in lh.table(TABLE).metadata.snapshots] == history
 

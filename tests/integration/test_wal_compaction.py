@@ -13,7 +13,7 @@ import pytest
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.wal_compaction import CHECKPOINTS, FILES_PROPERTY
+from icegate_dagster.maintenance.wal import CHECKPOINTS, FILES_PROPERTY
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory
 
 TABLE = "lakehouse.logs"

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from icegate_dagster.maintenance import Maintainer, TableRef, wal_compaction
-from icegate_dagster.maintenance import maintainer as maintainer_module
+from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.identifiers import quote_identifier
+from icegate_dagster.maintenance.leasing import TableLeasing
+from icegate_dagster.maintenance.wal import FILES_PROPERTY, compaction
 from icegate_dagster.spark_session import get_spark
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory
@@ -29,15 +30,11 @@ def unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
     """No lease and no WAL flock: two ingesters may reach the same files."""
 
     @contextlib.contextmanager
-    def no_lease(self: Any, ref: TableRef, locked: bool) -> Iterator[None]:
-        yield None
-
-    @contextlib.contextmanager
     def no_flock(wal_root: str, ref: TableRef) -> Iterator[None]:
         yield None
 
-    monkeypatch.setattr(maintainer_module.Maintainer, "_table_lock", no_lease)
-    monkeypatch.setattr(wal_compaction, "_exclusive", no_flock)
+    monkeypatch.setattr(TableLeasing, "locks", property(lambda self: None))
+    monkeypatch.setattr(compaction, "wal_folder_lock", no_flock)
 
 
 def _ingest_together(lh: Lakehouse) -> list[Any]:
@@ -122,10 +119,9 @@ def test_the_wal_record_survives_expiry_by_another_engine_after_a_crash(
     ).collect()
     snapshots = lh.table(TABLE).metadata.snapshots
     assert len(snapshots) == 1, [(s.snapshot_id, s.summary) for s in snapshots]
-    assert all(
-        s.summary is None or s.summary.get(wal_compaction.FILES_PROPERTY) is None
-        for s in snapshots
-    ), "the WAL commit's snapshot should be gone"
+    assert all(s.summary is None or s.summary.get(FILES_PROPERTY) is None for s in snapshots), (
+        "the WAL commit's snapshot should be gone"
+    )
 
     rerun = Maintainer(lh.config).run_op(ref, "wal_compaction")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.wal_compaction import KILL_AT_ENV
+from icegate_dagster.maintenance.wal import KILL_AT_ENV
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

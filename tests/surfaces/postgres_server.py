@@ -34,7 +34,7 @@ import yaml
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import load_config
 from tests.lakehouse import Lakehouse
-from tests.net import free_port
+from tests.servers import free_port, log_tail
 
 POSTGRES_ROOT = Path("/usr/lib/postgresql")
 SERVER_USER = "postgres"
@@ -212,8 +212,8 @@ def postgres_server(database: str = "lakehouse", user: str = "icegate") -> Itera
         try:
             _run(start, cwd=root, what="pg_ctl start", timeout=90)
         except RuntimeError as exc:
-            log = server.log_file.read_text() if server.log_file.exists() else ""
-            raise RuntimeError(f"{exc}\nserver log:\n{log}") from None
+            tail = log_tail(server.log_file, lines=60)
+            raise RuntimeError(f"{exc}\nlast lines of {server.log_file}:\n{tail}") from None
         admin = psycopg2.connect(
             host=str(server.socket_dir), port=server.port, user="postgres", dbname="postgres"
         )

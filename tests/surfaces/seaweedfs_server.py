@@ -30,17 +30,15 @@ import os
 import re
 import secrets
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from tests.servers import NotReady, ServerProcess, free_ports, http_answers, port_is_free
 
 #: Environment variables a config file names for the keys (``${...}``): never AWS_*, so
 #: no AWS client in the test process picks the keys up on its own.
@@ -50,6 +48,9 @@ REGION = "us-east-1"
 #: ``weed mini``'s admin worker dials the admin gRPC port at admin port + 10000.
 _GRPC_OFFSET = 10000
 _START_TIMEOUT_S = 60.0
+#: Why a start is tried again: a port taken between choosing and binding (weed then picks
+#: another one, which the tests would not know).
+_PORT_TAKEN = "port taken"
 
 
 def weed_binary() -> Path:
@@ -123,55 +124,18 @@ class SeaweedServer:
 
 def _free_ports(count: int) -> tuple[list[int], int]:
     """``count`` distinct free ports, plus an admin port whose gRPC twin (+10000) is free."""
-    held: list[socket.socket] = []
-
-    def grab(port: int = 0) -> int | None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            sock.close()
-            return None
-        held.append(sock)
-        return int(sock.getsockname()[1])
-
-    try:
-        ports = [grab() for _ in range(count)]
-        admin = None
-        for _ in range(200):
-            candidate = grab()
-            if candidate and candidate + _GRPC_OFFSET < 65536 and grab(candidate + _GRPC_OFFSET):
-                admin = candidate
-                break
-        if admin is None or None in ports:
-            pytest.fail("no free loopback ports for weed mini")
-        return [p for p in ports if p is not None], admin
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def _answers(url: str) -> bool:
-    """Whether an HTTP server answers at ``url`` (any status counts)."""
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-
-
-def _tail(path: Path, secret_values: tuple[str, ...], lines: int = 30) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    for value in secret_values:
-        text = text.replace(value, "***")
-    return "\n".join(text.splitlines()[-lines:])
+    for _ in range(200):
+        *ports, admin = free_ports(count + 1)
+        twin = admin + _GRPC_OFFSET
+        if twin < 65536 and twin not in ports and port_is_free(twin):
+            return ports, admin
+    pytest.fail("no free loopback ports for weed mini")
 
 
 def _launch(
     root: Path, access_key: str, secret_key: str, bucket: str
-) -> tuple[subprocess.Popen[bytes], SeaweedServer]:
+) -> tuple[ServerProcess, SeaweedServer]:
+    """The (not yet started) ``weed mini`` process under ``root``, and where it will serve."""
     (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, iceberg), admin = (
         _free_ports(9)
     )
@@ -206,16 +170,18 @@ def _launch(
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            args,
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # Its filer sometimes takes 10 s or more to flush a throw-away store on SIGTERM, so
+    # after a few seconds it is killed (the data folder is temporary anyway).
+    process = ServerProcess(
+        "weed mini",
+        args,
+        log_path,
+        cwd=root,
+        env=env,
+        own_group=True,
+        stop_timeout=4,
+        secrets=(access_key, secret_key),
+    )
     server = SeaweedServer(
         root=root,
         s3_endpoint=f"http://127.0.0.1:{s3}",
@@ -228,40 +194,23 @@ def _launch(
     return process, server
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ask weed to stop; its filer sometimes takes 10 s or more to flush a throw-away
-    store, so after a few seconds it is killed (the data folder is temporary anyway)."""
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=4)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+def _port_taken(process: ServerProcess) -> str | None:
+    # "Port 8333 for S3 is not available" or "port 8333 for S3 (specified by flag s3.port)
+    # is not available on 127.0.0.1" (weed then exits).
+    if re.search(r"port \d+ for \w+[^\n]* is not available", process.log_text(), re.IGNORECASE):
+        return _PORT_TAKEN
+    return None
 
 
-def _wait_ready(process: subprocess.Popen[bytes], server: SeaweedServer) -> str | None:
-    """None once S3 and the REST catalog answer (and the catalog lists namespaces); else why
-    not. A port taken between choosing and binding makes weed pick another one: retry."""
+def _serves(process: ServerProcess, server: SeaweedServer) -> bool:
+    """Whether S3 and the REST catalog answer (and the catalog lists namespaces); an
+    exception from the catalog means not yet."""
     from pyiceberg.catalog import load_catalog
 
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    problem = "did not start"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return f"exited with code {process.returncode}"
-        log = server.log_path.read_text(errors="replace")
-        if re.search(r"Port \d+ for \w+ is not available", log):
-            return "port taken"
-        if "Iceberg Catalog:" in log and _answers(server.s3_endpoint + "/"):
-            try:
-                load_catalog("probe", **server.catalog_properties()).list_namespaces()
-                return None
-            except Exception as exc:  # not ready yet; keep the last reason, without secrets
-                problem = type(exc).__name__
-        time.sleep(0.2)
-    return f"not ready after {_START_TIMEOUT_S:.0f}s ({problem})"
+    if "Iceberg Catalog:" not in process.log_text() or not http_answers(server.s3_endpoint + "/"):
+        return False
+    load_catalog("probe", **server.catalog_properties()).list_namespaces()
+    return True
 
 
 @contextlib.contextmanager
@@ -270,23 +219,23 @@ def running_seaweedfs(root: Path, attempts: int = 3) -> Iterator[SeaweedServer]:
     access_key = "AK" + secrets.token_hex(9).upper()
     secret_key = secrets.token_urlsafe(30)
     bucket = f"icegate-{secrets.token_hex(4)}"
-    problem = ""
     for attempt in range(attempts):
-        home = root / f"weed{attempt}"
-        process, server = _launch(home, access_key, secret_key, bucket)
-        try:
-            problem = _wait_ready(process, server) or ""
-            if not problem:
-                yield server
-                return
-        finally:
-            _stop(process)
-        if problem != "port taken":
-            break
-    pytest.fail(
-        f"weed mini {problem}; last lines of {server.log_path}:\n"
-        + _tail(server.log_path, (access_key, secret_key))
-    )
+        process, server = _launch(root / f"weed{attempt}", access_key, secret_key, bucket)
+        with process:
+            try:
+                process.wait_ready(
+                    partial(_serves, process, server),
+                    _START_TIMEOUT_S,
+                    interval=0.2,
+                    ignore=(Exception,),
+                    abort=partial(_port_taken, process),
+                )
+            except NotReady as exc:
+                if exc.reason == _PORT_TAKEN and attempt + 1 < attempts:
+                    continue
+                pytest.fail(str(exc))
+            yield server
+            return
 
 
 @pytest.fixture(scope="session", name="seaweedfs")

@@ -11,16 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from tests.net import free_port
+from tests.servers import ServerProcess, free_ports, log_tail, wait_until
+
+#: A test of the master's state (its JSON status page).
+StateTest = Callable[[dict[str, Any]], bool]
 
 
 def spark_home() -> Path:
@@ -56,48 +56,20 @@ class SparkCluster:
 
     def logs(self) -> str:
         """The master's and the worker's own output, for failure messages."""
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
-            for p in sorted(self.log_dir.glob("*.log"))
-        )
+        return "\n".join(f"--- {p.name}\n{log_tail(p)}" for p in sorted(self.log_dir.glob("*.log")))
 
-    def wait_for(self, what: str, done: Any, timeout: float) -> dict[str, Any]:
+    def seen(self, done: StateTest) -> Callable[[], dict[str, Any] | None]:
+        """A probe: the master's state once ``done(state)`` is true, else None."""
+
+        def probe() -> dict[str, Any] | None:
+            state = self.state()
+            return state if done(state) else None
+
+        return probe
+
+    def wait_for(self, what: str, done: StateTest, timeout: float) -> dict[str, Any]:
         """Poll the master's state until ``done(state)`` is true; the state then."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                state = self.state()
-                if done(state):
-                    return state
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Spark cluster: {what} not seen in {timeout}s\n{self.logs()}")
-            time.sleep(0.5)
-
-
-def _spawn(args: list[str], log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # Its own process group: stopping it also stops the executors a worker launched.
-    return subprocess.Popen(
-        [str(spark_home() / "bin" / "spark-class"), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group, SIGKILL if it is still there after 20 s."""
-    if process.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        return wait_until(self.seen(done), timeout, f"Spark cluster: {what}", details=self.logs)
 
 
 @contextlib.contextmanager
@@ -107,7 +79,8 @@ def spark_standalone_cluster(root: Path, timeout: float = 90) -> Iterator[SparkC
     work_dir, log_dir, local_dir = root / "work", root / "logs", root / "local"
     for folder in (work_dir, log_dir, local_dir):
         folder.mkdir(parents=True, exist_ok=True)
-    cluster = SparkCluster(free_port(), free_port(), free_port(), work_dir, log_dir)
+    port, ui_port, worker_ui_port = free_ports(3)
+    cluster = SparkCluster(port, ui_port, worker_ui_port, work_dir, log_dir)
     env = {
         **os.environ,
         "SPARK_HOME": str(spark_home()),
@@ -117,27 +90,32 @@ def spark_standalone_cluster(root: Path, timeout: float = 90) -> Iterator[SparkC
         # Heap of the master and worker daemons themselves (default 1g each).
         "SPARK_DAEMON_MEMORY": "256m",
     }
-    processes: list[subprocess.Popen[bytes]] = []
-    with contextlib.ExitStack() as stack:
-        master_log = stack.enter_context((log_dir / "master.log").open("wb"))
-        worker_log = stack.enter_context((log_dir / "worker.log").open("wb"))
-        try:
-            master_args = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-            master_args += ["--port", str(cluster.port), "--webui-port", str(cluster.ui_port)]
-            processes.append(_spawn(master_args, master_log, env))
-            # A worker that registers before the master is leader waits a retry (5-15 s) more.
-            cluster.wait_for("the master", lambda s: s.get("status") == "ALIVE", timeout)
-            worker_args = ["org.apache.spark.deploy.worker.Worker", cluster.master_url]
-            worker_args += ["--cores", "1", "--memory", "1g"]
-            worker_args += ["--webui-port", str(cluster.worker_ui_port)]
-            worker_args += ["--work-dir", str(work_dir)]
-            processes.append(_spawn(worker_args, worker_log, env))
-            cluster.wait_for(
-                "an ALIVE worker",
-                lambda s: any(w.get("state") == "ALIVE" for w in s.get("workers", [])),
+
+    def daemon(name: str, args: list[str]) -> ServerProcess:
+        # Its own process group: stopping it also stops the executors a worker launched.
+        # SIGTERM to the group, SIGKILL if it is still there after 20 s.
+        command = [str(spark_home() / "bin" / "spark-class"), *args]
+        log = log_dir / f"{name}.log"
+        return ServerProcess(
+            f"the Spark {name}", command, log, env=env, own_group=True, stop_timeout=20
+        )
+
+    master_args = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+    master_args += ["--port", str(cluster.port), "--webui-port", str(cluster.ui_port)]
+    worker_args = ["org.apache.spark.deploy.worker.Worker", cluster.master_url]
+    worker_args += ["--cores", "1", "--memory", "1g"]
+    worker_args += ["--webui-port", str(cluster.worker_ui_port)]
+    worker_args += ["--work-dir", str(work_dir)]
+    # Leaving the blocks stops the worker (and its executors) first, then the master.
+    with daemon("master", master_args) as master:
+        # A worker that registers before the master is leader waits a retry (5-15 s) more.
+        master.wait_ready(cluster.seen(lambda s: s.get("status") == "ALIVE"), timeout)
+        with daemon("worker", worker_args) as worker:
+            worker.wait_ready(
+                cluster.seen(
+                    lambda s: any(w.get("state") == "ALIVE" for w in s.get("workers", []))
+                ),
                 timeout,
+                what="an ALIVE worker",
             )
             yield cluster
-        finally:
-            for process in reversed(processes):  # the worker (and its executors) first
-                _stop(process)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from icegate_dagster.maintenance.discovery import normalize_location, overlapping_tables
-from icegate_dagster.maintenance.operations import is_commit_conflict
+from icegate_dagster.maintenance.ops.procedures import is_commit_conflict
 
 
 @pytest.mark.parametrize(

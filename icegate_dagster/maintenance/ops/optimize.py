@@ -1,0 +1,84 @@
+"""``optimize``: compact small data files with ``rewrite_data_files`` (binpack or sort)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icegate_dagster.errors import OperationError
+from icegate_dagster.maintenance.identifiers import sql_string
+from icegate_dagster.maintenance.ops.base import OpContext, Operation
+from icegate_dagster.maintenance.ops.procedures import call_procedure, options_map
+from icegate_dagster.maintenance.results import Outcome
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from icegate_dagster.config import OptimizeSettings
+
+#: Iceberg's default ``write.target-file-size-bytes``.
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024**2
+
+
+def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
+    """Map ``file_size_threshold``/``min_input_files`` onto ``rewrite_data_files`` options.
+
+    Files smaller than the threshold are candidates (``min-file-size-bytes``);
+    a group is rewritten once it has ``min_input_files`` of them. The target
+    size stays the table's own unless the threshold would reach it, in which
+    case it is raised to twice the threshold (Iceberg requires min < target).
+    """
+    target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+    options = {
+        "min-input-files": str(settings.min_input_files),
+        "min-file-size-bytes": str(settings.file_size_threshold),
+        # Not "partial-progress.enabled": it commits the groups that worked and only logs
+        # the ones that failed (a missing file, say), so the op would report success.
+        # Conflicts with writers are retried instead (see call_procedure).
+    }
+    if settings.file_size_threshold >= target:
+        options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
+    return options
+
+
+class Optimize(Operation):
+    """Small files rewritten into few, partition by partition."""
+
+    name = "optimize"
+    description = "Compact small data files with Iceberg's rewrite_data_files (Spark)."
+    settings_block = "optimize"
+    cli_command = "optimize"
+
+    def _candidates(self, ctx: OpContext) -> str:
+        rule, before = ctx.settings.optimize, ctx.before
+        return (
+            f"{before.compactable_files} small files would be rewritten "
+            f"({before.small_files} of {before.data_files} data files are under "
+            f"{rule.file_size_threshold} bytes; a partition needs "
+            f"{rule.min_input_files} of them)"
+        )
+
+    def plan(self, ctx: OpContext) -> str | None:
+        if ctx.before.compactable_files == 0 and ctx.before.delete_files == 0:
+            return "nothing to compact: " + self._candidates(ctx)
+        return None
+
+    def run(self, ctx: OpContext) -> Outcome:
+        if ctx.dry_run:
+            return Outcome.skip("dry run: " + self._candidates(ctx))
+        rule = ctx.settings.optimize
+        args = {"table": ctx.ref.procedure_argument(), "strategy": sql_string(rule.strategy)}
+        if rule.strategy == "sort":
+            if rule.sort_order:
+                args["sort_order"] = sql_string(rule.sort_order)
+            elif ctx.table.sort_order().is_unsorted:
+                raise OperationError(
+                    f"table {ctx.ref.key}: optimize.strategy is 'sort' but the table has no "
+                    "sort order; set optimize.sort_order (e.g. 'zorder(tenant_id, timestamp)')"
+                )
+        args["options"] = options_map(rewrite_options(rule, ctx.table))
+        row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
+        return Outcome.done(
+            f"rewrote {row['rewritten_data_files_count']} data files "
+            f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}",
+            **row,
+        )

@@ -1,0 +1,58 @@
+"""``wal_compaction``: ingest a table's WAL Parquet files once they reach a threshold,
+exactly once (see :mod:`icegate_dagster.maintenance.wal`). Runs where ``wal.root`` is
+set, on empty tables too."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icegate_dagster.maintenance.ops.base import OpContext, Operation, refuse_crossing_paths
+from icegate_dagster.maintenance.results import Outcome
+from icegate_dagster.maintenance.wal import compact_wal, compaction_due, wal_stats
+
+if TYPE_CHECKING:
+    from icegate_dagster.config import IcegateConfig, TableSettings
+
+
+class WalCompaction(Operation):
+    """Waiting WAL files appended to the table in one commit, then deleted."""
+
+    name = "wal_compaction"
+    description = "Ingest each table's WAL Parquet files once they reach a threshold (Spark)."
+    settings_block = "compaction"
+    cli_command = "compact"
+    force_help = "ingest the WAL even below its thresholds"
+    needs_snapshot = False  # an empty table still takes its WAL
+    metadata_sums = ("wal_files_ingested",)
+
+    def applies(self, config: IcegateConfig, settings: TableSettings) -> bool:
+        return config.wal_root is not None
+
+    def plan(self, ctx: OpContext) -> str | None:
+        refuse_crossing_paths(self.name, ctx)
+        return None  # thresholds are checked by compact_wal, which also settles and sweeps
+
+    def run(self, ctx: OpContext) -> Outcome:
+        rule = ctx.settings.compaction
+        if ctx.dry_run:
+            wal = wal_stats(ctx.config.wal_root, ctx.ref)
+            due = compaction_due(wal.files, wal.bytes, rule)
+            return Outcome.skip(
+                f"dry run: {wal.files} WAL files ({wal.bytes} bytes) waiting; "
+                + (
+                    "they would be ingested"
+                    if due
+                    else "below thresholds, nothing would be ingested"
+                )
+                + f" (runs at {rule.min_files} files or {rule.min_size_bytes} bytes)"
+            )
+        return compact_wal(
+            ctx.spark,
+            ctx.catalog_name,
+            ctx.ref,
+            ctx.table,
+            ctx.config.wal_root,
+            rule,
+            force=ctx.force,
+            fault_hook=ctx.fault_hook,
+        )

@@ -1,0 +1,80 @@
+"""A table's WAL: Parquet files an ingester lands under ``<wal.root>/<namespace>/<table>/``,
+appended to the Iceberg table exactly once by :func:`compact_wal`.
+
+The modules, by concern:
+
+- :mod:`.files`: listing, sizing and quarantine of WAL folders (file system only, no JVM);
+- :mod:`.schema`: whether a file's Parquet footer fits the table's schema (pyarrow, no JVM);
+- :mod:`.frame`: the Spark DataFrame of a batch, timestamps converted exactly;
+- :mod:`.publish`: the exactly-once protocol (staging branch, validated commit, ledger);
+- :mod:`.locking`: one compaction per table at a time on a host;
+- :mod:`.checkpoints`: the step boundaries where crash tests strike;
+- :mod:`.compaction`: one run, from the lock to the deletes.
+"""
+
+from icegate_dagster.maintenance.wal.checkpoints import CHECKPOINTS, KILL_AT_ENV, FaultHook
+from icegate_dagster.maintenance.wal.compaction import compact_wal
+from icegate_dagster.maintenance.wal.files import (
+    QUARANTINE_DIR,
+    REASON_SUFFIX,
+    WalFile,
+    WalStats,
+    compaction_due,
+    is_wal_name,
+    list_wal_files,
+    quarantine,
+    quarantined_files,
+    wal_filesystem,
+    wal_folder_problem,
+    wal_location,
+    wal_stats,
+)
+from icegate_dagster.maintenance.wal.frame import spark_path
+from icegate_dagster.maintenance.wal.locking import LOCK_FILE, wal_folder_lock
+from icegate_dagster.maintenance.wal.publish import (
+    BATCH_PROPERTY,
+    FILES_PROPERTY,
+    LEDGER_PROPERTY,
+    PUBLISH_ATTEMPTS,
+    STAGING_PREFIX,
+    STALE_STAGING,
+    AlreadyCommitted,
+    committed_wal_files,
+    drop_stale_staging,
+    settle_committed,
+)
+from icegate_dagster.maintenance.wal.schema import schema_problem
+
+__all__ = [
+    "BATCH_PROPERTY",
+    "CHECKPOINTS",
+    "FILES_PROPERTY",
+    "KILL_AT_ENV",
+    "LEDGER_PROPERTY",
+    "LOCK_FILE",
+    "PUBLISH_ATTEMPTS",
+    "QUARANTINE_DIR",
+    "REASON_SUFFIX",
+    "STAGING_PREFIX",
+    "STALE_STAGING",
+    "AlreadyCommitted",
+    "FaultHook",
+    "WalFile",
+    "WalStats",
+    "committed_wal_files",
+    "compact_wal",
+    "compaction_due",
+    "drop_stale_staging",
+    "is_wal_name",
+    "list_wal_files",
+    "quarantine",
+    "quarantined_files",
+    "schema_problem",
+    "settle_committed",
+    "spark_path",
+    "wal_filesystem",
+    "wal_folder_lock",
+    "wal_folder_problem",
+    "wal_location",
+    "wal_stats",
+]

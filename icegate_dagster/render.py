@@ -1,0 +1,137 @@
+"""Tables for people: one renderer for the CLI's text and the Dagster metadata's markdown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tabulate import tabulate
+
+from icegate_dagster.maintenance.results import TableResult, TableStats
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Aligned columns under a dashed header, as a terminal shows them."""
+    text: str = tabulate(rows, headers, tablefmt="simple", disable_numparse=True, stralign="left")
+    return text
+
+
+def markdown_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], max_cell: int | None = None
+) -> str:
+    """A GitHub-style markdown table; a ``|`` or line break in a cell cannot break it."""
+
+    def cell(value: object) -> str:
+        text = str(value).replace("|", "/").replace("\n", " ")
+        return text[:max_cell] if max_cell is not None else text
+
+    text: str = tabulate(
+        [[cell(value) for value in row] for row in rows],
+        headers,
+        tablefmt="github",
+        disable_numparse=True,
+        stralign="left",
+    )
+    return text
+
+
+def human_bytes(value: int) -> str:
+    """``1536`` -> ``1.5 KB``."""
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"
+
+
+def _arrow(before: int | None, after: int | None, fmt: Callable[[int], str] = str) -> str:
+    if before is None:
+        return "?"
+    if after is None or after == before:
+        return fmt(before)
+    return f"{fmt(before)} -> {fmt(after)}"
+
+
+def output_sum(result: TableResult, key: str) -> int:
+    """One output figure (``orphans_removed``...) summed over a table's operations."""
+    return sum(int(op.output.get(key, 0)) for op in result.ops)
+
+
+def before_after(results: Sequence[TableResult]) -> str:
+    """The before/after table a person reads at a glance."""
+    rows = []
+    for r in results:
+        b, a = r.before, r.after
+        failed = [op.operation for op in r.ops if op.status == "failed"]
+        state = "ok" if r.ok else ("FAILED: " + ", ".join(failed) if failed else "FAILED")
+        rows.append(
+            [
+                r.table,
+                _arrow(b.data_files if b else None, a.data_files if a else None),
+                _arrow(b.data_bytes if b else None, a.data_bytes if a else None, human_bytes),
+                _arrow(b.snapshots if b else None, a.snapshots if a else None),
+                _arrow(b.rows if b else None, a.rows if a else None),
+                str(output_sum(r, "wal_files_ingested")),
+                str(output_sum(r, "orphans_removed")),
+                f"{r.duration_s:.1f}s",
+                state,
+            ]
+        )
+    headers = ["table", "data files", "bytes", "snapshots", "rows"]
+    headers += ["WAL files in", "orphans", "time", "status"]
+    return text_table(headers, rows)
+
+
+def op_lines(results: Sequence[TableResult]) -> str:
+    """One line per table and operation."""
+    lines = []
+    for r in results:
+        if r.error:
+            lines.append(f"{r.table}: FAILED: {r.error}")
+        for op in r.ops:
+            lines.append(
+                f"{r.table} {op.operation}: {op.status} ({op.duration_s:.1f}s) {op.details}"
+            )
+    return "\n".join(lines)
+
+
+def status_table(stats: Sequence[tuple[str, TableStats | None, str | None]]) -> str:
+    """Current state of each table."""
+    rows: list[list[object]] = []
+    for name, s, error in stats:
+        if s is None:
+            rows.append([name, "-", "-", "-", "-", "-", "-", f"error: {error}"])
+            continue
+        rows.append(
+            [
+                name,
+                s.data_files,
+                s.small_files,
+                human_bytes(s.data_bytes),
+                s.snapshots,
+                s.manifests,
+                s.rows,
+                "",
+            ]
+        )
+    headers = ["table", "data files", "small", "bytes", "snapshots", "manifests", "rows", ""]
+    return text_table(headers, rows)
+
+
+def ops_markdown(result: TableResult) -> str:
+    """A partition's operations as a markdown table (the ``ops`` metadata)."""
+
+    def files(stats: TableStats | None) -> str:
+        return str(stats.data_files) if stats is not None else "?"
+
+    rows = [
+        [
+            op.operation,
+            op.status,
+            f"{op.duration_s:.1f}s",
+            f"{files(op.before)} → {files(op.after)}",
+            op.details,
+        ]
+        for op in result.ops
+    ]
+    return markdown_table(["operation", "status", "time", "data files", "details"], rows)
