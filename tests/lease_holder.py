@@ -16,7 +16,7 @@ from datetime import timedelta
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.locks import LockHolder, holder_description
-locks = Maintainer(load_config(sys.argv[1])).locks
+locks = Maintainer(load_config(sys.argv[1])).leasing.locks
 with locks.hold(sys.argv[2], holder_description("other-run"), timedelta(0)) as held:
     assert not isinstance(held, LockHolder)
     print("holding", flush=True)

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.catalog import scrub
+from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
 from icegate_dagster.maintenance.results import OpResult, TableResult
@@ -156,18 +158,15 @@ class LogWriter:
     def __init__(
         self,
         catalog: Callable[[], Catalog],
-        ref: TableRef,
-        catalog_name: str,
+        config: IcegateConfig,
         run_id: str,
         spark: Callable[[], SparkSession],
-        scrub: Callable[[str], str],
     ) -> None:
-        self.ref = ref
+        self.ref = TableRef.parse(config.log_table)
         self.run_id = run_id
         self._catalog = catalog
-        self._catalog_name = catalog_name
+        self._config = config
         self._spark = spark
-        self._scrub = scrub
         self._ready = False
         self._lock = threading.Lock()
 
@@ -190,9 +189,9 @@ class LogWriter:
                 # still reach the log, appended by pyiceberg in one commit.
                 append_log_rows_without_spark(self._catalog(), self.ref, rows)
                 return
-            append_log_rows(spark, self._catalog_name, self.ref, rows)
+            append_log_rows(spark, self._config.catalog.name, self.ref, rows)
         except Exception as exc:
-            message = self._scrub(describe_error(exc))
+            message = scrub(describe_error(exc), self._config)
             raise IcegateError(f"cannot write the maintenance log: {message}") from None
 
     def write_tables(self, tables: Sequence[TableResult]) -> None:

@@ -26,7 +26,6 @@ from icegate_dagster.maintenance.discovery import (
 )
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.leasing import TableLeasing
-from icegate_dagster.maintenance.locks import TableLocks
 from icegate_dagster.maintenance.log import LogWriter
 from icegate_dagster.maintenance.ops import (
     OPERATIONS,
@@ -93,14 +92,7 @@ class Maintainer:
             started_spark=lambda: self._spark,
             fault_hook=lambda point: self.fault_hook(point) if self.fault_hook else None,
         )
-        self.log = LogWriter(
-            lambda: self.catalog,
-            self.log_table,
-            config.catalog.name,
-            self.run_id,
-            lambda: self.spark,
-            lambda text: scrub(text, config),
-        )
+        self.log = LogWriter(lambda: self.catalog, config, self.run_id, lambda: self.spark)
         #: The log table's own upkeep in the last :meth:`maintain` (see ``log_upkeep``).
         self.log_upkeep: list[OpResult] = []
 
@@ -122,13 +114,6 @@ class Maintainer:
     def log_table(self) -> TableRef:
         """Where operation outcomes are appended."""
         return TableRef.parse(self.config.log_table)
-
-    @property
-    def locks(self) -> TableLocks | None:
-        """The deployment-wide lease store (see :class:`.leasing.TableLeasing`)."""
-        return self.leasing.locks
-
-    # -- metadata (no JVM) -------------------------------------------------
 
     def discover(self) -> list[TableRef]:
         """Tables of the configured namespaces, ``_``-prefixed ones and the log table left out."""
@@ -161,8 +146,6 @@ class Maintainer:
         table = table if table is not None else self.load(ref)
         rule = self.settings(ref).optimize
         return self._stats.get(ref.key, table, rule.file_size_threshold, rule.min_input_files)
-
-    # -- operations ----------------------------------------------------------
 
     def run_op(
         self,
@@ -285,8 +268,6 @@ class Maintainer:
         table_result = TableResult.from_ops(ref.key, result.before, [result], result.duration_s)
         self.write_logs([table_result])
         return table_result
-
-    # -- the log -------------------------------------------------------------
 
     def write_logs(self, results: Sequence[TableResult]) -> None:
         """Append the log rows of all ``results`` in one write; a log failure is recorded

@@ -31,7 +31,7 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
 
 
 def _locks(lh: Lakehouse) -> TableLocks:
-    locks = Maintainer(lh.config).locks
+    locks = Maintainer(lh.config).leasing.locks
     assert locks is not None, "every catalog gets a lease store"
     return locks
 

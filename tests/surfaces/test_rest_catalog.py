@@ -168,7 +168,7 @@ def test_discovery_lists_the_rest_tables_and_leases_in_the_shared_store(
     maintainer = Maintainer(rest.config)
     assert [ref.key for ref in maintainer.discover()] == sorted(TABLES)
     # No SQL database behind a REST catalog: the leases live in maintain.locks.uri.
-    locks = maintainer.locks
+    locks = maintainer.leasing.locks
     assert locks is not None
     assert locks.engine.url.database == str(rest.root / "shared" / "leases.db")
 
