@@ -1,1 +1,2 @@
-"""Benchmarks, measured side by side in one run: ``./scripts/bench.sh`` (not part of the tests)."""
+"""Benchmarks, every side a cold process on its own fixture: ``./scripts/bench.sh`` (see
+``bench.run``; not part of the tests)."""

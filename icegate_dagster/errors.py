@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class IcegateError(Exception):
     """Root of every error this project raises on purpose.
@@ -43,8 +45,12 @@ class SchemaConflictError(OperationError):
     """An existing table has a column whose type is not the one IceGate expects."""
 
 
-def describe_error(exc: BaseException) -> str:
-    """One readable line for an error, Java root cause included, no stack trace."""
+def describe_error(exc: BaseException, clean: Callable[[str], str] | None = None) -> str:
+    """One readable line for an error, Java root cause included, no stack trace.
+
+    ``clean`` (secret masking) is applied before the line is cut to 1,000 characters, so
+    a cut can never leave part of a secret that masking would no longer recognise.
+    """
 
     def first_line(text: str) -> str:
         return next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -64,4 +70,6 @@ def describe_error(exc: BaseException) -> str:
         text = first_line(str(exc)) or type(exc).__name__
         if not isinstance(exc, OperationError) and type(exc).__name__ not in text:
             text = f"{type(exc).__name__}: {text}"
+    if clean is not None:
+        text = clean(text)
     return text if len(text) <= 1000 else text[:997] + "..."

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from tabulate import tabulate
 
+from icegate_dagster.maintenance.ops import OPERATIONS
 from icegate_dagster.maintenance.results import TableResult, TableStats
 
 
@@ -15,14 +16,11 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return text
 
 
-def markdown_table(
-    headers: Sequence[str], rows: Sequence[Sequence[object]], max_cell: int | None = None
-) -> str:
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub-style markdown table; a ``|`` or line break in a cell cannot break it."""
 
     def cell(value: object) -> str:
-        text = str(value).replace("|", "/").replace("\n", " ")
-        return text[:max_cell] if max_cell is not None else text
+        return str(value).replace("|", "/").replace("\n", " ")
 
     text: str = tabulate(
         [[cell(value) for value in row] for row in rows],
@@ -58,7 +56,9 @@ def output_sum(result: TableResult, key: str) -> int:
 
 
 def before_after(results: Sequence[TableResult]) -> str:
-    """The before/after table a person reads at a glance."""
+    """The before/after table a person reads at a glance (with a column for every figure
+    the registered operations sum, such as WAL files ingested and orphans removed)."""
+    sums = OPERATIONS.metadata_sums()
     rows = []
     for r in results:
         b, a = r.before, r.after
@@ -71,14 +71,13 @@ def before_after(results: Sequence[TableResult]) -> str:
                 _arrow(b.data_bytes if b else None, a.data_bytes if a else None, human_bytes),
                 _arrow(b.snapshots if b else None, a.snapshots if a else None),
                 _arrow(b.rows if b else None, a.rows if a else None),
-                str(output_sum(r, "wal_files_ingested")),
-                str(output_sum(r, "orphans_removed")),
+                *(str(output_sum(r, key)) for key in sums),
                 f"{r.duration_s:.1f}s",
                 state,
             ]
         )
-    headers = ["table", "data files", "bytes", "snapshots", "rows"]
-    headers += ["WAL files in", "orphans", "time", "status"]
+    headers = ["table", "data files", "bytes", "snapshots", "rows", *sums.values()]
+    headers += ["time", "status"]
     return text_table(headers, rows)
 
 

@@ -66,7 +66,7 @@ class PlanConfig(dg.Config):
 
     operations: list[str] | None = Field(
         default=None,
-        description="a subset of the maintenance steps (by name); unset runs them all",
+        description=f"a subset of {', '.join(OPERATIONS.names())}; unset runs them all",
     )
 
 

@@ -106,7 +106,11 @@ def all_namespaces(catalog: Catalog) -> list[tuple[str, ...]]:
     return sorted(found)
 
 
-def table_locations(catalog: Catalog, unreadable: dict[str, str] | None = None) -> dict[str, str]:
+def table_locations(
+    catalog: Catalog,
+    unreadable: dict[str, str] | None = None,
+    clean: Callable[[str], str] = str,
+) -> dict[str, str]:
     """Every table of every namespace, nested ones and ``_`` tables included, and its
     normalized location.
 
@@ -121,7 +125,8 @@ def table_locations(catalog: Catalog, unreadable: dict[str, str] | None = None) 
             try:
                 location = catalog.load_table(identifier).location()
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                # Masked (``clean``) before the cut, so no piece of a secret survives it.
+                error = clean(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
                 if unreadable is None:
                     raise CatalogUnavailableError(
                         f"cannot read the location of table {key!r}: {error}"
@@ -170,8 +175,9 @@ class TableLocations:
     """Every table's location, listed once (on first use) and shared by the threads of a
     pass: orphan removal lists a table's folder, so it refuses folders that overlap."""
 
-    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+    def __init__(self, catalog: Callable[[], Catalog], clean: Callable[[str], str] = str) -> None:
         self._catalog = catalog
+        self._clean = clean
         self._lock = threading.Lock()
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
@@ -180,7 +186,7 @@ class TableLocations:
         with self._lock:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
-                self._locations = table_locations(self._catalog(), unreadable)
+                self._locations = table_locations(self._catalog(), unreadable, self._clean)
                 self._unreadable = unreadable
             return self._locations, self._unreadable
 
@@ -238,5 +244,5 @@ def load_table(
     except IcegateError:
         raise
     except Exception as exc:  # corrupt or unreachable metadata: name the table
-        detail = scrub(describe_error(exc))
+        detail = describe_error(exc, scrub)
         raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None

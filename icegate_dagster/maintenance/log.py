@@ -125,11 +125,21 @@ def append_log_rows(
 def append_log_rows_without_spark(
     catalog: Catalog, ref: TableRef, rows: list[dict[str, Any]]
 ) -> None:
-    """Append rows with pyiceberg, in one commit: for when Spark cannot start at all."""
+    """Append rows with pyiceberg, in one commit, with no JVM: how a pass that started no
+    Spark job logs. Another writer committing first is retried on fresh metadata."""
     import pyarrow as pa
+    from pyiceberg.exceptions import CommitFailedException
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-    table = catalog.load_table(ref.identifier)
-    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+    for attempt in Retrying(
+        stop=stop_after_attempt(5),
+        wait=wait_exponential(multiplier=0.2, max=4),
+        retry=retry_if_exception_type(CommitFailedException),
+        reraise=True,
+    ):
+        with attempt:
+            table = catalog.load_table(ref.identifier)
+            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
 
 def read_log(catalog: Catalog, ref: TableRef, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -152,56 +162,59 @@ def log_size(catalog: Catalog, ref: TableRef) -> int:
 
 
 class LogWriter:
-    """Appends a pass's outcomes to the log table: creates it once, writes with Spark
-    (one commit per call), and with pyiceberg when Spark cannot start at all."""
+    """Appends a pass's outcomes to the log table: creates it once, then one commit per
+    call, with the pass's Spark session if it started one, else with pyiceberg."""
 
     def __init__(
         self,
         catalog: Callable[[], Catalog],
         config: IcegateConfig,
         run_id: str,
-        spark: Callable[[], SparkSession],
+        started_spark: Callable[[], SparkSession | None],
     ) -> None:
         self.ref = TableRef.parse(config.log_table)
         self.run_id = run_id
         self._catalog = catalog
         self._config = config
-        self._spark = spark
+        self._started_spark = started_spark
         self._ready = False
         self._lock = threading.Lock()
 
     def write(self, results: Sequence[OpResult]) -> None:
         """One row per result, in one commit; raises :class:`IcegateError` naming the cause."""
-        if not results:
-            return
-        from icegate_dagster.errors import SparkStartError
+        cause = self._append(results)
+        if cause is not None:
+            raise IcegateError(f"cannot write the maintenance log: {cause}")
 
+    def write_tables(self, tables: Sequence[TableResult]) -> None:
+        """The rows of all ``tables`` in one commit; a failure is added to each table's
+        error (``maintenance log not written: ...``), never raised. ``tables`` is kept."""
+        cause = self._append([op for table in tables for op in table.ops])
+        if cause is not None:
+            note = f"maintenance log not written: {cause}"
+            for table in tables:
+                table.error = f"{table.error}; {note}" if table.error else note
+
+    def _append(self, results: Sequence[OpResult]) -> str | None:
+        """Append the rows; what went wrong (secrets masked), or ``None``."""
+        if not results:
+            return None
         try:
             with self._lock:
                 if not self._ready:
                     ensure_log_table(self._catalog(), self.ref)
                     self._ready = True
             rows = [log_row(r, self.run_id) for r in results]
-            try:
-                spark = self._spark()
-            except SparkStartError:
-                # Spark cannot run with this configuration (the ops said why): the outcomes
-                # still reach the log, appended by pyiceberg in one commit.
+            # A pass whose operations started no JVM (nothing to do, or Spark cannot start
+            # with this configuration) does not start one to log: pyiceberg appends.
+            spark = self._started_spark()
+            if spark is None:
                 append_log_rows_without_spark(self._catalog(), self.ref, rows)
-                return
-            append_log_rows(spark, self._config.catalog.name, self.ref, rows)
+            else:
+                append_log_rows(spark, self._config.catalog.name, self.ref, rows)
         except Exception as exc:
-            message = scrub(describe_error(exc), self._config)
-            raise IcegateError(f"cannot write the maintenance log: {message}") from None
-
-    def write_tables(self, tables: Sequence[TableResult]) -> None:
-        """The rows of all ``tables`` in one commit; a failure is recorded on each table
-        (as ``maintenance log not written: ...``), never raised. ``tables`` is not changed."""
-        try:
-            self.write([op for table in tables for op in table.ops])
-        except IcegateError as exc:
-            for table in tables:
-                table.error = table.error or str(exc)
+            return describe_error(exc, lambda text: scrub(text, self._config))
+        return None
 
     @contextlib.contextmanager
     def batches(self, tables_per_write: int, *, enabled: bool = True) -> Iterator[LogBatch]:

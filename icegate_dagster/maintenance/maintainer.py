@@ -35,6 +35,7 @@ from icegate_dagster.maintenance.ops import (
     RollbackToSnapshot,
     SparkProvider,
     perform,
+    skip_reason,
 )
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.results import OpResult, Outcome, TableResult, TableStats
@@ -84,7 +85,7 @@ class Maintainer:
         self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
         self._stats = StatsCache()
-        self._locations = TableLocations(lambda: self.catalog)
+        self._locations = TableLocations(lambda: self.catalog, self._scrub)
         self.leasing = TableLeasing(
             config,
             lambda: self.catalog,
@@ -92,7 +93,7 @@ class Maintainer:
             started_spark=lambda: self._spark,
             fault_hook=lambda point: self.fault_hook(point) if self.fault_hook else None,
         )
-        self.log = LogWriter(lambda: self.catalog, config, self.run_id, lambda: self.spark)
+        self.log = LogWriter(lambda: self.catalog, config, self.run_id, lambda: self._spark)
         #: The log table's own upkeep in the last :meth:`maintain` (see ``log_upkeep``).
         self.log_upkeep: list[OpResult] = []
 
@@ -125,9 +126,7 @@ class Maintainer:
 
     def load(self, ref: TableRef) -> Table:
         """Load a table's current metadata; a clear error when it is gone or unreadable."""
-        return load_table(
-            self.catalog, ref, self.config.catalog.name, lambda text: scrub(text, self.config)
-        )
+        return load_table(self.catalog, ref, self.config.catalog.name, self._scrub)
 
     def settings(self, ref: TableRef) -> TableSettings:
         """The table's effective settings (the log table's own unless configured)."""
@@ -154,31 +153,45 @@ class Maintainer:
         *,
         dry_run: bool = False,
         force: bool = False,
+        table: Table | None = None,
     ) -> OpResult:
         """Run one operation on one table; any failure becomes a ``failed`` result.
 
-        The table is held (its lease) for the operation unless ``dry_run``; when another
+        Planned first from metadata (``table``, when the caller has just read it): with
+        nothing to do, it is skipped without a lease, a reload or a JVM. Otherwise the table
+        is held (its lease) unless ``dry_run``, reloaded and planned again; when another
         maintainer holds it past ``lock_wait``, the operation is ``skipped`` and says who.
         ``force`` makes ``wal_compaction`` ingest a WAL below its thresholds.
         """
         op = operation if isinstance(operation, Operation) else OPERATIONS.get(operation)
         started = time.monotonic()
         before: TableStats | None = None
-        outcome: Outcome
+        after: TableStats | None = None
         try:
-            with self.leasing.hold(ref.key, leased=not dry_run) as held:
-                table = self.load(ref)
-                before = self.stats(ref, table)
-                outcome = held.elsewhere or perform(
-                    op, self._context(ref, table, before, dry_run=dry_run, force=force)
-                )
+            table = table if table is not None else self.load(ref)
+            before = self.stats(ref, table)
+            context = self._context(ref, table, before, dry_run=dry_run, force=force)
+            skipped = skip_reason(op, context)
+            if skipped is not None:
+                outcome, after = skipped, before
+            else:
+                with self.leasing.hold(ref.key, leased=not dry_run) as held:
+                    table = self.load(ref)  # as it is now that the table is ours
+                    before = self.stats(ref, table)
+                    context = self._context(ref, table, before, dry_run=dry_run, force=force)
+                    outcome = held.elsewhere or perform(op, context)
         except Exception as exc:  # a failing op never stops the others
-            outcome = Outcome("failed", scrub(describe_error(exc), self.config))
+            outcome = Outcome("failed", describe_error(exc, self._scrub))
         try:
-            after = self.stats(ref) if before is not None else None
+            after = after or (self.stats(ref) if before is not None else None)
         except Exception:
             after = None
+        # Outcomes name paths and URIs (wal.root, locations) that may hold a secret.
+        outcome.details = self._scrub(outcome.details)
         return OpResult.of(ref.key, op.name, outcome, (before, after), time.monotonic() - started)
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self.config)
 
     def _context(
         self, ref: TableRef, table: Table, before: TableStats, *, dry_run: bool, force: bool
@@ -212,13 +225,19 @@ class Maintainer:
         if operations is None:
             operations = self.operations_for(ref)
         try:
-            before = self.stats(ref)
+            table: Table | None = self.load(ref)
+            before = self.stats(ref, table)
         except Exception as exc:
             # Every outcome reaches the log, a table that cannot be read included.
-            message = scrub(describe_error(exc), self.config)
+            message = describe_error(exc, self._scrub)
             result = TableResult.failed(ref.key, message, operations, time.monotonic() - started)
         else:
-            results = [self.run_op(ref, name, dry_run=dry_run, force=force) for name in operations]
+            results = []
+            for name in operations:
+                op_result = self.run_op(ref, name, dry_run=dry_run, force=force, table=table)
+                results.append(op_result)
+                # The metadata read once serves every plan until an operation changes it.
+                table = table if op_result.status == "skipped" else None
             result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
         if write_log and not dry_run:
             self.write_logs([result])

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.health import CHECK_NAMES
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import Lakehouse
@@ -97,17 +98,8 @@ def test_multi_partition_run_maintains_every_table_in_one_session(
         assert checks[(key, "rows_preserved")] is True
     # Each op is its own step, in order, in one process (so one Spark session).
     started = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
-    assert started == [
-        "maintained_table.plan",
-        "maintained_table.wal_compaction",
-        "maintained_table.optimize",
-        "maintained_table.rewrite_manifests",
-        "maintained_table.expire_snapshots",
-        "maintained_table.remove_orphan_files",
-        "maintained_table.retention",
-        "maintained_table.record",
-        "maintenance_log",
-    ]
+    steps = ["plan", *OPERATIONS.names(), "record"]
+    assert started == [f"maintained_table.{step}" for step in steps] + ["maintenance_log"]
     assert len({e.pid for e in result.all_events if e.event_type_value == "STEP_START"}) == 1
     # One run: every log row of the run carries the same run id.
     rows = [r for r in small_lakehouse.log_rows() if r["run_id"] == result.run_id]

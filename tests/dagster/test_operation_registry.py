@@ -32,7 +32,7 @@ class StampTable(Operation):
     name = "stamp_table"
     description = "Test-only: stamp the table with a property."
     settings_block = "optimize"
-    metadata_sums = ("stamps_set",)
+    metadata_sums = {"stamps_set": "stamps"}
 
     def plan(self, ctx: OpContext) -> str | None:
         if ctx.table.properties.get(STAMP) == "yes":

@@ -2,16 +2,20 @@
 
 To add one: write its module (an :class:`Operation` subclass), add one line to
 ``OPERATIONS`` below where it belongs in the pass, add its settings block to
-``TableSettings`` in ``config.py``, and document it. The CLI, the Dagster steps, the
-dry-run plans, the log and the partition metadata all read ``OPERATIONS``.
+``TableSettings`` in ``config/models.py``, and document it. The CLI's commands and
+before/after table, the Dagster steps and their descriptions, the full pass and its
+dry-run plans, and the partition metadata all read ``OPERATIONS``; log rows carry
+whatever operations ran.
 """
 
 from icegate_dagster.maintenance.ops.base import (
     FaultHook,
     OpContext,
     Operation,
+    Plan,
     SparkProvider,
     perform,
+    skip_reason,
 )
 from icegate_dagster.maintenance.ops.expire_snapshots import ExpireSnapshots
 from icegate_dagster.maintenance.ops.optimize import Optimize
@@ -38,9 +42,11 @@ __all__ = [
     "OPERATIONS",
     "FaultHook",
     "OpContext",
+    "Plan",
     "Operation",
     "Registry",
     "RollbackToSnapshot",
     "SparkProvider",
     "perform",
+    "skip_reason",
 ]

@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.discovery import wal_root_conflict
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.results import Outcome, TableStats
+from icegate_dagster.maintenance.wal.checkpoints import FaultHook as FaultHook
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
     from icegate_dagster.maintenance.discovery import TableLocations
 
 SparkProvider = Callable[[], "SparkSession"]
-#: Test-only: called at each WAL compaction checkpoint (see ``maintenance.wal``).
-FaultHook = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,33 @@ class OpContext:
         """The catalog's name in Spark (``CALL <catalog>.system...``)."""
         return self.config.catalog.name
 
+    @property
+    def driver_side(self) -> bool:
+        """Whether the table is small enough for metadata-bound work on the Spark driver
+        (Iceberg's table API) rather than a distributed procedure."""
+        from icegate_dagster.maintenance.iceberg_java import (
+            DRIVER_SIDE_MAX_FILES,
+            DRIVER_SIDE_MAX_MANIFESTS,
+        )
+
+        before = self.before
+        return (
+            before.data_files + before.delete_files <= DRIVER_SIDE_MAX_FILES
+            and before.manifests <= DRIVER_SIDE_MAX_MANIFESTS
+            and before.snapshots <= DRIVER_SIDE_MAX_MANIFESTS
+        )
+
+    def java_table(self) -> Any:
+        """Iceberg's Java table of this table on the Spark driver (starts Spark)."""
+        from icegate_dagster.maintenance.iceberg_java import java_table
+
+        return java_table(self.spark(), self.ref.spark_identifier(self.catalog_name))
+
+
+#: What planning says: ``None`` when there is work, else why not (a reason, or a skipped
+#: :class:`Outcome` that also carries figures).
+Plan = str | Outcome | None
+
 
 class Operation(ABC):
     """One maintenance operation. Subclasses set the class attributes and ``run``."""
@@ -68,7 +94,8 @@ class Operation(ABC):
     name: ClassVar[str]
     #: One sentence for the Dagster step and the CLI help.
     description: ClassVar[str]
-    #: The settings block it reads (``maintain.<block>`` / ``maintain.tables.<t>.<block>``).
+    #: The field of ``TableSettings`` it reads (``maintain.<block>``,
+    #: ``maintain.tables.<t>.<block>``); ``""`` for none. The registry checks it exists.
     settings_block: ClassVar[str]
     #: The ``icegate-maintain`` subcommand running only this operation, if any.
     cli_command: ClassVar[str | None] = None
@@ -78,18 +105,24 @@ class Operation(ABC):
     deletes_files: ClassVar[bool] = False
     #: A table with no snapshot yet has nothing for it (WAL ingest is the exception).
     needs_snapshot: ClassVar[bool] = True
-    #: ``output`` figures summed over a table's operations into its partition metadata.
-    metadata_sums: ClassVar[tuple[str, ...]] = ()
+    #: A dry run describes the work from settings and stats (``run`` under ``dry_run``)
+    #: without planning first; ``False``: a dry run plans, then runs in dry mode.
+    dry_run_describes: ClassVar[bool] = True
+    #: ``output`` figures summed over a table's operations into its partition metadata and
+    #: the CLI's before/after table: key -> column title.
+    metadata_sums: ClassVar[dict[str, str]] = {}
 
     def applies(self, config: IcegateConfig, settings: TableSettings) -> bool:
         """Whether a full pass of a table with ``settings`` runs this operation."""
         return True
 
-    def plan(self, ctx: OpContext) -> str | None:
-        """Why there is nothing to do, from metadata alone; ``None`` when there is work.
+    def refuse(self, ctx: OpContext) -> None:  # noqa: B027 (optional hook, no-op by default)
+        """Raise :class:`OperationError` when the operation must not run on this table at
+        all (checked before every other gate, so a misconfiguration is never skipped)."""
 
-        May raise :class:`OperationError` when the operation must not run on this table.
-        """
+    def plan(self, ctx: OpContext) -> Plan:
+        """Whether there is work, from the table's metadata (and, for some operations,
+        a listing of its folder); see :data:`Plan`. Changes nothing."""
         return None
 
     @abstractmethod
@@ -123,18 +156,23 @@ def refuse_crossing_paths(operation: str, ctx: OpContext) -> None:
         raise OperationError(f"refusing {operation} on {ctx.ref.key}: {conflict}")
 
 
-def perform(operation: Operation, ctx: OpContext) -> Outcome:
-    """Run ``operation`` through the gates every operation shares, then its own plan.
-
-    Planned from metadata: an operation with nothing to do starts no Spark job.
-    """
+def skip_reason(operation: Operation, ctx: OpContext) -> Outcome | None:
+    """Why ``operation`` has nothing to do on the table: its refusal (raised), then the
+    gates every operation shares, then its own plan; ``None`` when there is work."""
+    operation.refuse(ctx)
     if operation.deletes_files:
         gc_off = gc_disabled(ctx.table)
         if gc_off is not None:
             return Outcome.skip(gc_off)
     if operation.needs_snapshot and ctx.table.current_snapshot() is None:
         return Outcome.skip("table has no snapshot yet: nothing to maintain")
-    reason = operation.plan(ctx)
-    if reason is not None:
-        return Outcome.skip(reason)
-    return operation.run(ctx)
+    if ctx.dry_run and operation.dry_run_describes:
+        return None
+    plan = operation.plan(ctx)
+    return Outcome.skip(plan) if isinstance(plan, str) else plan
+
+
+def perform(operation: Operation, ctx: OpContext) -> Outcome:
+    """Run ``operation`` unless planning finds nothing to do (then no Spark job starts)."""
+    skipped = skip_reason(operation, ctx)
+    return skipped if skipped is not None else operation.run(ctx)

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import format_duration
-from icegate_dagster.maintenance.ops.base import OpContext, Operation
-from icegate_dagster.maintenance.ops.procedures import call_procedure, timestamp_literal
+from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
+from icegate_dagster.maintenance.ops.procedures import (
+    call_procedure,
+    committing,
+    timestamp_literal,
+)
 from icegate_dagster.maintenance.results import Outcome
-from icegate_dagster.maintenance.wal import settle_committed
+from icegate_dagster.maintenance.wal import settle_committed, wal_files_to_settle
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -78,7 +82,7 @@ class ExpireSnapshots(Operation):
     cli_command = "expire"
     deletes_files = True
 
-    def plan(self, ctx: OpContext) -> str | None:
+    def _nothing(self, ctx: OpContext) -> str | None:
         rule = ctx.settings.expire_snapshots
         if expirable_snapshots(ctx.table, rule, ctx.now) == 0:
             return (
@@ -87,6 +91,12 @@ class ExpireSnapshots(Operation):
                 f"{rule.retain_last} and the branch and tag heads"
             )
         return None
+
+    def plan(self, ctx: OpContext) -> Plan:
+        reason = self._nothing(ctx)
+        if reason is not None and not wal_files_to_settle(ctx.table, ctx.config.wal_root, ctx.ref):
+            return Outcome.skip(reason, wal_files_settled=0)
+        return None  # expiry due, or WAL leftovers of a commit to settle first
 
     def run(self, ctx: OpContext) -> Outcome:
         rule = ctx.settings.expire_snapshots
@@ -97,13 +107,20 @@ class ExpireSnapshots(Operation):
             )
         # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
         settled = settle_committed(ctx.table, ctx.config.wal_root, ctx.ref)
+        reason = self._nothing(ctx)
+        if reason is not None:
+            return Outcome.skip(reason, wal_files_settled=settled)
         older_than = ctx.now - rule.retention_threshold
-        args = {
-            "table": ctx.ref.procedure_argument(),
-            "older_than": timestamp_literal(older_than),
-            "retain_last": str(rule.retain_last),
-        }
-        out = call_procedure(ctx.spark(), ctx.catalog_name, "expire_snapshots", args).output()
+        if ctx.driver_side:
+            out = self._on_driver(ctx, older_than)
+        else:
+            args = {
+                "table": ctx.ref.procedure_argument(),
+                "older_than": timestamp_literal(older_than),
+                "retain_last": str(rule.retain_last),
+            }
+            called = call_procedure(ctx.spark(), ctx.catalog_name, "expire_snapshots", args)
+            out = {**called.output(), "execution": "distributed"}
         details = (
             f"expired snapshots older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
             f"(keeping the last {rule.retain_last}); deleted {out['deleted_data_files_count']} "
@@ -112,4 +129,49 @@ class ExpireSnapshots(Operation):
         )
         if settled:
             details += f"; first deleted {settled} WAL files already committed"
-        return Outcome.done(details, **out, wal_files_settled=settled)
+        return Outcome("completed", details, {**out, "wal_files_settled": settled})
+
+    @staticmethod
+    def _on_driver(ctx: OpContext, older_than: datetime) -> dict[str, Any]:
+        """Iceberg's ``ExpireSnapshots`` on the driver (it deletes the unreachable files
+        itself); what it deleted is what was reachable before and is not any more."""
+        rule = ctx.settings.expire_snapshots
+        cutoff_ms = int(older_than.timestamp() * 1000)
+        before = _reachable(ctx.table)
+
+        def expire() -> None:
+            expiry = ctx.java_table().expireSnapshots()
+            expiry.expireOlderThan(cutoff_ms).retainLast(rule.retain_last).commit()
+
+        called = committing(expire)
+        after = _reachable(ctx.table.refresh())
+        gone = [len(b - a) for b, a in zip(before, after, strict=True)]
+        return {
+            "deleted_data_files_count": gone[0],
+            "deleted_delete_files_count": gone[1],
+            "deleted_manifest_files_count": gone[2],
+            "deleted_manifest_lists_count": gone[3],
+            "commit_retries": called.retries,
+            "procedure_s": round(called.seconds, 3),
+            "execution": "driver",
+        }
+
+
+def _reachable(table: Table) -> tuple[set[str], set[str], set[str], set[str]]:
+    """Data files, delete files, manifests and manifest lists any snapshot reaches."""
+    from pyiceberg.manifest import DataFileContent
+
+    data: set[str] = set()
+    deletes: set[str] = set()
+    manifests: set[str] = set()
+    lists: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        lists.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in manifests:
+                continue
+            manifests.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                is_data = entry.data_file.content == DataFileContent.DATA
+                (data if is_data else deletes).add(entry.data_file.file_path)
+    return data, deletes, manifests, lists

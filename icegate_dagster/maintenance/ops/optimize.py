@@ -77,8 +77,9 @@ class Optimize(Operation):
                 )
         args["options"] = options_map(rewrite_options(rule, ctx.table))
         row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
-        return Outcome.done(
+        return Outcome(
+            "completed",
             f"rewrote {row['rewritten_data_files_count']} data files "
             f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}",
-            **row,
+            row,
         )

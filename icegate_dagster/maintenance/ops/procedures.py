@@ -4,9 +4,10 @@ is ours, with instants spelled so that no session time zone can shift them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.identifiers import quote_identifier, sql_string
@@ -29,28 +30,30 @@ def is_commit_conflict(exc: BaseException) -> bool:
     return any(name in text for name in _CONFLICTS) and "CommitStateUnknown" not in text
 
 
-@dataclass
-class Called:
-    """A procedure's result rows, how many commit conflicts were retried, and its time."""
+Result = TypeVar("Result")
 
-    rows: list[Any]
+
+@dataclass
+class Called(Generic[Result]):
+    """What a committing call returned (a procedure: its rows), how many commit
+    conflicts were retried, and its time."""
+
+    rows: Result
     retries: int
     seconds: float = 0.0
 
     def output(self) -> dict[str, Any]:
-        """The first row, plus the retries and the time spent in Spark."""
-        first = self.rows[0].asDict() if self.rows else {}
+        """A procedure's first row, plus the retries and the time spent in Spark."""
+        rows: Any = self.rows
+        first = rows[0].asDict() if isinstance(rows, list) and rows else {}
         return {**first, "commit_retries": self.retries, "procedure_s": round(self.seconds, 3)}
 
 
-def call_procedure(
-    spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]
-) -> Called:
-    """``CALL <catalog>.system.<procedure>(name => value, ...)``; ``args`` are SQL literals."""
+def committing(action: Callable[[], Result]) -> Called[Result]:
+    """Run ``action`` (which commits), retried when another writer committed first; the
+    lease is checked before every attempt, so nothing commits once it is lost."""
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-    arguments = ", ".join(f"{name} => {value}" for name, value in args.items())
-    sql = f"CALL {quote_identifier(catalog)}.system.{procedure}({arguments})"
     retrying = Retrying(
         stop=stop_after_attempt(COMMIT_ATTEMPTS),
         wait=wait_exponential(multiplier=0.5, max=8),
@@ -62,9 +65,18 @@ def call_procedure(
     for attempt in retrying:
         with attempt:
             attempts += 1
-            check_lease()  # the procedure commits: only while the table's lease is ours
-            rows = spark.sql(sql).collect()
-    return Called(rows, attempts - 1, time.perf_counter() - started)
+            check_lease()
+            result = action()
+    return Called(result, attempts - 1, time.perf_counter() - started)
+
+
+def call_procedure(
+    spark: SparkSession, catalog: str, procedure: str, args: dict[str, str]
+) -> Called[list[Any]]:
+    """``CALL <catalog>.system.<procedure>(name => value, ...)``; ``args`` are SQL literals."""
+    arguments = ", ".join(f"{name} => {value}" for name, value in args.items())
+    sql = f"CALL {quote_identifier(catalog)}.system.{procedure}({arguments})"
+    return committing(lambda: spark.sql(sql).collect())
 
 
 def utc(moment: datetime) -> datetime:

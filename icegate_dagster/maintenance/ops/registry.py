@@ -11,7 +11,8 @@ from icegate_dagster.maintenance.ops.base import Operation
 
 
 class Registry:
-    """Operations by name, in pass order. Read it at call time, never copy it at import."""
+    """Operations by name, in pass order. Consumers read it when they run (the Dagster
+    asset when it is built), so an operation registered before that shows up there."""
 
     def __init__(self, operations: Iterable[Operation]) -> None:
         self._operations: list[Operation] = []
@@ -19,15 +20,20 @@ class Registry:
             self._add(operation, len(self._operations))
 
     def _add(self, operation: Operation, index: int) -> None:
+        from icegate_dagster.config import TableSettings
+
         if operation.name in self.names():
             raise IcegateError(f"operation {operation.name!r} is registered twice")
+        block = operation.settings_block
+        if block and block not in TableSettings.model_fields:
+            raise IcegateError(
+                f"operation {operation.name!r}: settings_block {block!r} is not a block of "
+                f"TableSettings (blocks: {', '.join(TableSettings.model_fields)})"
+            )
         self._operations.insert(index, operation)
 
     def __iter__(self) -> Iterator[Operation]:
         return iter(tuple(self._operations))
-
-    def __len__(self) -> int:
-        return len(self._operations)
 
     def names(self) -> tuple[str, ...]:
         """The operations' names, in pass order."""
@@ -44,9 +50,10 @@ class Registry:
         """``icegate-maintain`` subcommands that run one operation only."""
         return {op.cli_command: op for op in self._operations if op.cli_command is not None}
 
-    def metadata_sums(self) -> tuple[str, ...]:
-        """Output figures summed into each partition's metadata, in pass order."""
-        return tuple(dict.fromkeys(key for op in self._operations for key in op.metadata_sums))
+    def metadata_sums(self) -> dict[str, str]:
+        """Output figures summed into each partition's metadata and the CLI's table, in
+        pass order: key -> column title."""
+        return {key: title for op in self._operations for key, title in op.metadata_sums.items()}
 
     @contextlib.contextmanager
     def registered(self, operation: Operation, *, before: str | None = None) -> Iterator[None]:

@@ -3,7 +3,12 @@ and that are older than the retention threshold (never under Iceberg's 24 h floo
 
 from __future__ import annotations
 
-from icegate_dagster.maintenance.ops.base import OpContext, Operation, refuse_crossing_paths
+from icegate_dagster.maintenance.ops.base import (
+    OpContext,
+    Operation,
+    Plan,
+    refuse_crossing_paths,
+)
 from icegate_dagster.maintenance.ops.procedures import call_procedure, timestamp_literal
 from icegate_dagster.maintenance.orphans import orphan_candidates
 from icegate_dagster.maintenance.results import Outcome
@@ -17,17 +22,22 @@ class RemoveOrphanFiles(Operation):
     settings_block = "remove_orphan_files"
     cli_command = "orphans"
     deletes_files = True
-    metadata_sums = ("orphans_removed",)
+    dry_run_describes = False  # a dry run lists the files: Iceberg's own answer
+    metadata_sums = {"orphans_removed": "orphans"}
 
-    def plan(self, ctx: OpContext) -> str | None:
+    def refuse(self, ctx: OpContext) -> None:
         refuse_crossing_paths(self.name, ctx)
         ctx.locations.refuse_overlaps(self.name, ctx.ref.key, ctx.table.location())
+
+    def plan(self, ctx: OpContext) -> Plan:
         older_than = ctx.now - ctx.settings.remove_orphan_files.retention_threshold
         # One listing of the folder against the manifests: usually nothing, and no Spark.
         if orphan_candidates(ctx.table, older_than) == []:
-            return (
+            return Outcome.skip(
                 f"no unreferenced file older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
-                "in the table's folder"
+                "in the table's folder",
+                orphan_files=[],
+                orphans_removed=0,
             )
         return None
 

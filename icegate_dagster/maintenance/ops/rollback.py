@@ -20,6 +20,7 @@ class RollbackToSnapshot(Operation):
     name = "rollback"
     description = "Make an earlier snapshot of the table current again (Spark)."
     settings_block = ""  # no settings
+    needs_snapshot = False  # a table with history but no current snapshot can roll back
 
     def __init__(self, snapshot_id: int) -> None:
         self.snapshot_id = int(snapshot_id)
@@ -37,8 +38,9 @@ class RollbackToSnapshot(Operation):
         args = {"table": ctx.ref.procedure_argument(), "snapshot_id": str(self.snapshot_id)}
         called = call_procedure(ctx.spark(), ctx.catalog_name, "rollback_to_snapshot", args)
         out = called.rows[0].asDict()
-        return Outcome.done(
+        return Outcome(
+            "completed",
             f"rolled back from snapshot {out['previous_snapshot_id']} "
             f"to {out['current_snapshot_id']}",
-            **out,
+            out,
         )

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, refuse_crossing_paths
 from icegate_dagster.maintenance.results import Outcome
-from icegate_dagster.maintenance.wal import compact_wal, compaction_due, wal_stats
+from icegate_dagster.maintenance.wal import (
+    STAGING_PREFIX,
+    compact_wal,
+    compaction_due,
+    wal_location,
+    wal_stats,
+)
 
 if TYPE_CHECKING:
     from icegate_dagster.config import IcegateConfig, TableSettings
@@ -23,14 +29,25 @@ class WalCompaction(Operation):
     cli_command = "compact"
     force_help = "ingest the WAL even below its thresholds"
     needs_snapshot = False  # an empty table still takes its WAL
-    metadata_sums = ("wal_files_ingested",)
+    metadata_sums = {"wal_files_ingested": "WAL files in"}
 
     def applies(self, config: IcegateConfig, settings: TableSettings) -> bool:
         return config.wal_root is not None
 
-    def plan(self, ctx: OpContext) -> str | None:
+    def refuse(self, ctx: OpContext) -> None:
         refuse_crossing_paths(self.name, ctx)
-        return None  # thresholds are checked by compact_wal, which also settles and sweeps
+
+    def plan(self, ctx: OpContext) -> str | None:
+        # An empty folder with no staging branch left by a crash needs nothing (no lease, no
+        # JVM); otherwise compact_wal decides under the lease: it settles files an earlier
+        # commit holds, sweeps stale branches and checks the thresholds.
+        wal_root = ctx.config.wal_root
+        if wal_root is None:
+            return "no wal.root configured"
+        staging = any(name.startswith(STAGING_PREFIX) for name in ctx.table.metadata.refs)
+        if not staging and wal_stats(wal_root, ctx.ref).files == 0:
+            return f"no WAL files waiting in {wal_location(wal_root, ctx.ref)}"
+        return None
 
     def run(self, ctx: OpContext) -> Outcome:
         rule = ctx.settings.compaction

@@ -42,6 +42,7 @@ from icegate_dagster.maintenance.wal.publish import (
     committed_wal_files,
     drop_stale_staging,
     settle_committed,
+    wal_files_to_settle,
 )
 from icegate_dagster.maintenance.wal.schema import schema_problem
 
@@ -71,6 +72,7 @@ __all__ = [
     "quarantined_files",
     "schema_problem",
     "settle_committed",
+    "wal_files_to_settle",
     "spark_path",
     "wal_filesystem",
     "wal_folder_lock",

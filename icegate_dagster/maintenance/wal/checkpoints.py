@@ -15,6 +15,8 @@ CHECKPOINTS = ("before_write", "after_commit", "mid_delete", "after_delete")
 #: Test-only: ``ICEGATE_TEST_KILL_AT=after_commit`` SIGKILLs the process at that checkpoint.
 KILL_AT_ENV = "ICEGATE_TEST_KILL_AT"
 
+#: Test-only: called with each checkpoint's name, and with ``before_commit`` right before
+#: every commit and delete of any operation (see ``maintenance.leasing``).
 FaultHook = Callable[[str], None]
 
 

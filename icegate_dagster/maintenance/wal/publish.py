@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import OperationError, describe_error
+from icegate_dagster.maintenance.iceberg_java import java_table
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
 from icegate_dagster.maintenance.locks import check_lease
 from icegate_dagster.maintenance.wal.checkpoints import FaultHook, checkpoint
@@ -99,17 +100,30 @@ def delete_ingested(filesystem: Any, files: list[WalFile], hook: FaultHook | Non
     return deleted
 
 
+def _leftovers(table: Table, wal_root: str | None, ref: TableRef) -> list[WalFile]:
+    if not wal_root:
+        return []
+    waiting = list_wal_files(wal_root, ref)
+    if not waiting:
+        return []
+    committed = committed_wal_files(table)
+    return [f for f in waiting if f.identity in committed]
+
+
+def wal_files_to_settle(table: Table, wal_root: str | None, ref: TableRef) -> bool:
+    """Whether WAL files a commit of ``table`` already holds are still in its folder (a
+    plan: metadata and a listing, nothing deleted)."""
+    return bool(_leftovers(table, wal_root, ref))
+
+
 def settle_committed(table: Table, wal_root: str | None, ref: TableRef) -> int:
     """Delete the WAL files a snapshot of ``table`` already holds; return how many.
 
-    Only a crash between a WAL commit and its deletes leaves such files. Expiry
-    calls this first, so that it never drops the record while its files remain.
+    Only a crash between a WAL commit and its deletes leaves such files. WAL ingest and
+    snapshot expiry settle them first, so the record is never dropped while they remain.
     """
-    if not wal_root:
-        return 0
-    committed = committed_wal_files(table)
-    leftovers = [f for f in list_wal_files(wal_root, ref) if f.identity in committed]
-    if not leftovers:
+    leftovers = _leftovers(table, wal_root, ref)
+    if not leftovers or not wal_root:
         return 0
     filesystem, _folder = wal_filesystem(wal_root, ref)
     return delete_ingested(filesystem, leftovers, None)
@@ -127,17 +141,6 @@ def find_batch_snapshot(table: Table, batch_id: str) -> Any:
 # -- staging branches (Iceberg's Java API on the Spark driver) ------------------
 
 
-def _java_table(spark: SparkSession, identifier: str) -> Any:
-    """Iceberg's own Java ``Table`` on the Spark driver (no Spark job)."""
-    jvm: Any = spark._jvm
-    session: Any = spark._jsparkSession
-    # Outside spark.sql() the JVM reads settings from the calling thread's active session;
-    # a maintenance thread (parallel_tables) has none, so a catalog not loaded yet would
-    # be "not defined" and the name misread as a spark_catalog namespace.
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, identifier)
-
-
 def _manage_refs(spark: SparkSession, identifier: str, change: Callable[[Any], Any]) -> None:
     """Commit one branch change with Iceberg's ``manageSnapshots``, retried on a fresh table
     when another writer committed in between (Iceberg's own retry of a snapshot-reference
@@ -153,7 +156,7 @@ def _manage_refs(spark: SparkSession, identifier: str, change: Callable[[Any], A
     for attempt in retrying:
         with attempt:
             # The table is loaded again each attempt: the change applies to fresh metadata.
-            change(_java_table(spark, identifier).manageSnapshots()).commit()
+            change(java_table(spark, identifier).manageSnapshots()).commit()
 
 
 def _java_list(iterable: Any) -> list[Any]:
@@ -167,7 +170,7 @@ def _java_list(iterable: Any) -> list[Any]:
 def drop_branch(spark: SparkSession, identifier: str, branch: str) -> None:
     """Remove ``branch`` if it exists; best effort, never raises."""
     with contextlib.suppress(Exception):  # best effort: a stale branch is removed later
-        if _java_table(spark, identifier).refs().containsKey(branch):
+        if java_table(spark, identifier).refs().containsKey(branch):
             _manage_refs(spark, identifier, lambda manage: manage.removeBranch(branch))
 
 
@@ -264,11 +267,11 @@ def publish(
     always_true = jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
     batch = {g.file.identity for g in good}
     recorded = json.dumps(sorted(list(i) for i in batch), separators=(",", ":"))
-    java_table = _java_table(spark, identifier)
-    staged = java_table.snapshot(branch)
+    table_api = java_table(spark, identifier)
+    staged = table_api.snapshot(branch)
     if staged is None:
         raise OperationError(f"WAL batch {batch_id}: staging branch {branch} is gone")
-    files = _java_list(staged.addedDataFiles(java_table.io()))
+    files = _java_list(staged.addedDataFiles(table_api.io()))
 
     def attempt_commit() -> None:
         # Each attempt looks at the table again, the WAL record included.
@@ -283,8 +286,8 @@ def publish(
         earlier = _identities(current.properties.get(LEDGER_PROPERTY)) & present
         ledger = json.dumps(sorted(list(i) for i in batch | earlier), separators=(",", ":"))
         check_lease()  # commits only while the table's lease is ours
-        java_table.refresh()
-        transaction = java_table.newTransaction()
+        table_api.refresh()
+        transaction = table_api.newTransaction()
         append = transaction.newOverwrite()
         for data_file in files:
             append.addFile(data_file)

@@ -1,32 +1,22 @@
-"""Configuration: ``icegate.yaml`` loading, validation and per-table settings.
+"""The settings tree: frozen pydantic models, one per block of ``icegate.yaml``.
 
-Where the file comes from: ``--config PATH``, else ``$ICEGATE_CONFIG``, else
-``./icegate.yaml``; with none, the embedded default lakehouse in ``./.icegate/``.
-``${VAR}`` in any string is replaced by the environment variable, so secrets stay
-out of the file.
-
-The configuration is one tree of frozen pydantic models: :class:`IcegateConfig`
-holds :class:`CatalogSettings`, :class:`SparkSettings`, :class:`LockSettings` and
-:class:`TableSettings` (the defaults and each table's), and a ``TableSettings``
-holds one block per operation. :func:`config_from_dict` maps the file's layout
-onto that tree (``maintain.tables`` and ``maintain.retention`` merged onto the
-defaults) and the models' validators check every value; relative paths resolve
-against the config file's folder, passed as validation context. Every invalid
-value fails at load with a :class:`ConfigError` naming the key as written in the
-file and the value.
+:class:`IcegateConfig` holds :class:`CatalogSettings`, :class:`SparkSettings`,
+:class:`LockSettings` and :class:`TableSettings` (the defaults and each table's), and a
+``TableSettings`` holds one block per operation. The validators check every value;
+relative paths resolve against the ``base_dir`` passed as validation context.
+:func:`_config_error` turns pydantic's ``ValidationError`` into a
+:class:`~icegate_dagster.errors.ConfigError` naming the key as written in the file.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -39,11 +29,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from icegate_dagster.config.values import Duration, Size, format_duration, validate_sort_order
 from icegate_dagster.errors import ConfigError
 
-CONFIG_ENV_VAR = "ICEGATE_CONFIG"
-DEFAULT_CONFIG_FILE = "icegate.yaml"
-EMBEDDED_DIR = ".icegate"
 DEFAULT_CATALOG_NAME = "icegate"
 DEFAULT_LOG_TABLE = "lakehouse._maintenance_log"
 
@@ -55,86 +43,7 @@ DEFAULT_PARALLEL_TABLES = 4
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 1024,
-    "kib": 1024,
-    "mb": 1024**2,
-    "mib": 1024**2,
-    "gb": 1024**3,
-    "gib": 1024**3,
-    "tb": 1024**4,
-    "tib": 1024**4,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-_DURATION_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([smhd])\s*$")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SORT_TERM = r"[A-Za-z_][A-Za-z0-9_.]*(\s+(ASC|DESC))?(\s+NULLS\s+(FIRST|LAST))?"
-_SORT_ORDER = re.compile(
-    rf"^\s*(zorder\(\s*[A-Za-z_][A-Za-z0-9_.]*(\s*,\s*[A-Za-z_][A-Za-z0-9_.]*)*\s*\)"
-    rf"|{_SORT_TERM}(\s*,\s*{_SORT_TERM})*)\s*$",
-    re.IGNORECASE,
-)
-
-
-def parse_size(value: object) -> int:
-    """Parse a size: a whole number of bytes, or a string such as ``10MB`` (1 MB = 1024**2 B)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a size such as 10MB or a number of bytes, not a boolean")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return value
-    if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match and match.group(2).lower() in _SIZE_UNITS:
-            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-        if value.strip().startswith("-"):
-            raise ValueError("must not be negative")
-    raise ValueError("must be a size such as 10MB, 512KB, 1GB or a number of bytes")
-
-
-def parse_duration(value: object) -> timedelta:
-    """Parse a positive duration written as ``30s``, ``15m``, ``12h`` or ``7d``."""
-    if isinstance(value, timedelta):
-        result = value
-    elif isinstance(value, str) and (match := _DURATION_RE.match(value)):
-        result = timedelta(**{_DURATION_UNITS[match.group(2)]: float(match.group(1))})
-    else:
-        raise ValueError("must be a duration such as 30s, 15m, 12h or 7d")
-    if result <= timedelta(0):
-        raise ValueError("must be a positive duration")
-    return result
-
-
-def format_duration(value: timedelta) -> str:
-    """Render a duration back in the config's own notation (``7d``, ``36h``, ``90s``)."""
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def validate_sort_order(text: str) -> str:
-    """Accept ``zorder(a, b)`` or ``a ASC NULLS LAST, b DESC``; anything else is refused.
-
-    The sort order reaches a Spark SQL procedure, so only plain column names pass. The
-    ``ValueError`` states the rule; the error built from it names the key.
-    """
-    if not _SORT_ORDER.match(text):
-        raise ValueError(
-            "must be zorder(col, ...) or "
-            "'col [ASC|DESC] [NULLS FIRST|LAST], ...' with plain column names"
-        )
-    return text.strip()
-
-
-Size = Annotated[int, BeforeValidator(parse_size)]
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 def _broken(rule: str, **where: object) -> PydanticCustomError:
@@ -163,6 +72,29 @@ def _table_name(value: object) -> object:
     if not isinstance(value, str) or "." not in value.strip(".") or value.startswith("."):
         raise ValueError("must name a table as namespace.table")
     return value
+
+
+def _resolve_location(value: str, base_dir: Path) -> str:
+    """Make a path-like location absolute against the config file's folder.
+
+    A bare path becomes ``file:///abs``; ``sqlite:///relative.db`` becomes
+    ``sqlite:////abs/relative.db``. URIs with a scheme are left as they are.
+    """
+    if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
+        return "sqlite:///" + str((base_dir / value[len("sqlite:///") :]).resolve())
+    if "://" not in value and not value.startswith("file:"):
+        return (base_dir / value).resolve().as_uri()
+    return value
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _resolved(location: str, info: ValidationInfo) -> str:
@@ -299,11 +231,6 @@ class TableSettings(_Settings):
     def _allowed_keys(cls) -> list[str]:
         # Listed sorted, like the other sections of the file's layout.
         return sorted(cls.model_fields)
-
-
-def _blocks() -> list[str]:
-    """The operation blocks of :class:`TableSettings`."""
-    return [name for name in TableSettings.model_fields if name != "retention"]
 
 
 class CatalogSettings(_Settings):
@@ -453,6 +380,10 @@ _FILE_KEYS: dict[tuple[str | int, ...], str] = {
 }
 
 
+def _fail(key: str, value: object, rule: str) -> ConfigError:
+    return ConfigError(f"invalid config: {key} = {value!r}: {rule}")
+
+
 def _config_error(
     exc: ValidationError, file_keys: Mapping[tuple[str | int, ...], str] = _FILE_KEYS
 ) -> ConfigError:
@@ -477,209 +408,3 @@ def _config_error(
     value = ctx["value"] if "value" in ctx else err.get("input")
     rule = str(ctx.get("error", err["msg"]))
     return _fail(key, value, rule)
-
-
-_TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
-#: The keys under ``maintain:`` that are IcegateConfig fields of their own.
-_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks")
-#: Where a value from ``${VAR}`` counts as a secret (see ``IcegateConfig.secrets``).
-_SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
-
-
-def _fail(key: str, value: object, rule: str) -> ConfigError:
-    return ConfigError(f"invalid config: {key} = {value!r}: {rule}")
-
-
-def _section(raw: object, key: str, allowed: set[str] | None = None) -> dict[str, Any]:
-    """A section of the file's layout that is no model of its own, checked as a mapping."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise _fail(key, raw, "must be a mapping")
-    for name, value in raw.items():
-        if allowed is not None and name not in allowed:
-            where = f"{key}.{name}" if key != "(top level)" else str(name)
-            raise _fail(where, value, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    return dict(raw)
-
-
-def _interpolate_env(value: Any, key: str, found: list[tuple[str, str]] | None = None) -> Any:
-    """``value`` with every ``${VAR}`` replaced; each (key, value) used is added to ``found``."""
-    if isinstance(value, str):
-
-        def repl(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in os.environ:
-                raise ConfigError(
-                    f"invalid config: {key} refers to environment variable ${{{name}}}, "
-                    "which is not set"
-                )
-            if found is not None:
-                found.append((key, os.environ[name]))
-            return os.environ[name]
-
-        return _ENV_RE.sub(repl, value)
-    if isinstance(value, Mapping):
-        return {
-            k: _interpolate_env(v, f"{key}.{k}" if key else str(k), found) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_interpolate_env(v, f"{key}[{i}]", found) for i, v in enumerate(value)]
-    return value
-
-
-def _resolve_location(value: str, base_dir: Path) -> str:
-    """Make a path-like location absolute against the config file's folder.
-
-    A bare path becomes ``file:///abs``; ``sqlite:///relative.db`` becomes
-    ``sqlite:////abs/relative.db``. URIs with a scheme are left as they are.
-    """
-    if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
-        return "sqlite:///" + str((base_dir / value[len("sqlite:///") :]).resolve())
-    if "://" not in value and not value.startswith("file:"):
-        return (base_dir / value).resolve().as_uri()
-    return value
-
-
-def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _merged_block(default: object, own: object) -> object:
-    """One block of a table: its own keys laid over the default block's."""
-    if own is None:
-        return default
-    if isinstance(default, Mapping) and isinstance(own, Mapping):
-        return _deep_merge(default, own)
-    # No default block, or a value that is no mapping (for the model to refuse).
-    return own
-
-
-def _fields_from_file(
-    top: Mapping[str, Any], embedded: bool
-) -> tuple[dict[str, Any], dict[tuple[str | int, ...], str]]:
-    """The file's layout mapped onto IcegateConfig's fields, values left for the models to
-    check; also the locations whose key in the file is not the one ``_FILE_KEYS`` gives."""
-    fields: dict[str, Any] = {key: top[key] for key in ("namespaces", "spark") if key in top}
-
-    catalog = top.get("catalog")
-    if catalog is None or isinstance(catalog, Mapping):
-        properties = dict(catalog or {})
-        catalog = {"properties": properties, "embedded": embedded}
-        if "name" in properties:
-            catalog["name"] = properties.pop("name")
-    fields["catalog"] = catalog
-
-    wal = _section(top.get("wal"), "wal", {"root"})
-    if "root" in wal:
-        fields["wal_root"] = wal["root"]
-
-    maintain = _section(
-        top.get("maintain"),
-        "maintain",
-        {*_MAINTAIN_FIELDS, "tables", *TableSettings.model_fields},
-    )
-    fields.update((key, maintain[key]) for key in _MAINTAIN_FIELDS if key in maintain)
-    defaults = {name: maintain[name] for name in _blocks() if name in maintain}
-    fields["defaults"] = defaults
-
-    # A table's settings: its own blocks laid over the defaults, its retention rule from
-    # maintain.tables or else maintain.retention. Unknown keys are left for TableSettings.
-    rules = _section(maintain.get("retention"), "maintain.retention")
-    tables = _section(maintain.get("tables"), "maintain.tables")
-    overrides: dict[Any, Any] = {}
-    for table in dict.fromkeys([*rules, *tables]):
-        own = tables.get(table)
-        if own is None:
-            own = {}
-        if isinstance(own, Mapping):
-            own = {
-                **own,
-                **{name: _merged_block(defaults.get(name), own.get(name)) for name in _blocks()},
-                "retention": own.get("retention", rules.get(table)),
-            }
-        overrides[table] = own
-    fields["table_overrides"] = overrides
-    # A bad table name found only under maintain.retention is named there.
-    file_keys: dict[tuple[str | int, ...], str] = {
-        ("table_overrides", table, "[key]"): f"maintain.retention.{table}"
-        for table in rules
-        if table not in tables
-    }
-    return fields, {**_FILE_KEYS, **file_keys}
-
-
-def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> IcegateConfig:
-    """Validate a parsed configuration; relative paths resolve against ``base_dir``."""
-    top = _section(raw, "(top level)", set(_TOP_KEYS))
-    interpolated: list[tuple[str, str]] = []
-    top = _interpolate_env(top, "", interpolated)
-    embedded = "catalog" not in top
-    if embedded:
-        # No catalog named: the embedded SQLite lakehouse beside the config file.
-        default = embedded_default_dict(base_dir / EMBEDDED_DIR)
-        top["catalog"] = default["catalog"]
-        top.setdefault("wal", default["wal"])
-    fields, file_keys = _fields_from_file(top, embedded)
-    fields["source"] = source
-    fields["locks_fallback_uri"] = f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}"
-    fields["secrets"] = tuple(
-        dict.fromkeys(v for k, v in interpolated if v.strip() and k.startswith(_SECRET_BLOCKS))
-    )
-    try:
-        return IcegateConfig.model_validate(fields, context={"base_dir": base_dir})
-    except ValidationError as exc:
-        raise _config_error(exc, file_keys) from None
-
-
-def embedded_default_dict(root: Path) -> dict[str, Any]:
-    """The embedded default: a SQLite catalog, warehouse and WAL under ``root``."""
-    root = root.resolve()
-    return {
-        "catalog": {
-            "name": DEFAULT_CATALOG_NAME,
-            "uri": f"sqlite:///{root / 'catalog.db'}",
-            "warehouse": (root / "warehouse").as_uri(),
-        },
-        "wal": {"root": (root / "wal").as_uri()},
-    }
-
-
-def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """Find the config file: ``explicit``, else ``$ICEGATE_CONFIG``, else ``./icegate.yaml``."""
-    for origin, candidate in (
-        ("--config", explicit),
-        (CONFIG_ENV_VAR, os.environ.get(CONFIG_ENV_VAR)),
-    ):
-        if candidate:
-            path = Path(candidate).expanduser()
-            if not path.is_file():
-                raise ConfigError(f"invalid config: {origin} = {str(candidate)!r}: file not found")
-            return path
-    local = Path(DEFAULT_CONFIG_FILE)
-    return local if local.is_file() else None
-
-
-def load_config(explicit: str | os.PathLike[str] | None = None) -> IcegateConfig:
-    """Load and validate the configuration (see the module docstring for where it comes from)."""
-    path = resolve_config_path(explicit)
-    if path is None:
-        return config_from_dict({}, Path.cwd(), source="embedded default")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"invalid config: {path} is not valid YAML{where}: {problem}") from None
-    except OSError as exc:
-        raise ConfigError(f"invalid config: cannot read {path}: {exc.strerror}") from None
-    if raw is None:
-        raw = {}
-    return config_from_dict(raw, path.resolve().parent, source=str(path))

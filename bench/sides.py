@@ -1,0 +1,249 @@
+"""What one side of a benchmark runs, each in its own new process.
+
+``python -m bench.sides NAME ARG ...``; the parent (``bench.run``) times the process
+from spawn to exit. A side prints one JSON object on its last stdout line when it has
+figures of its own to report (in-process durations, counts). Imports are made inside
+each side, so that a side loads only what it uses, as a user's own script would.
+
+Sides:
+
+* ``seed_full_pass CONFIG KEY...``: the by-hand way of a full pass: start Spark with
+  the config, then for each table ``rewrite_data_files``, ``expire_snapshots``
+  (older than 7 days, ``retain_last => 1``) and ``remove_orphan_files`` (older than 7
+  days), one after the other.
+* ``spark_append CONFIG KEY ROWS``: start Spark and append one small DataFrame.
+* ``build_big CONFIG KEY GB FILES``: fill ``KEY`` with about ``GB`` of data in ``FILES``
+  files (a throughput fixture; not timed).
+* ``pyarrow_rewrite PATHS_FILE OUT LEVEL``: read the Parquet files listed in
+  ``PATHS_FILE`` and write them as one zstd file (``LEVEL`` a number or ``default``).
+* ``sensor CONFIG KEYS_FILE``: one tick of each sensor (discovery, WAL sizing), each
+  timed in-process.
+* ``query CONFIG FILES ROWS``: build a ``FILES``-file table with Spark, time queries,
+  maintain it, time them again (one warm JVM: a single-side before/after figure).
+* ``dagster_run CONFIG KEY[,KEY...]``: one Dagster ``maintenance_job`` run over the
+  tables, in this process (as a run launcher makes it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+
+def _emit(figures: dict[str, Any]) -> None:
+    print(json.dumps(figures), flush=True)
+
+
+def seed_full_pass(config_path: str, *keys: str) -> None:
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import TableRef
+    from icegate_dagster.spark_session import get_spark, stop_spark
+
+    config = load_config(config_path)
+    catalog = config.catalog.name
+    spark = get_spark(config)
+    try:
+        cutoff = (datetime.now(UTC) - timedelta(days=7)).strftime("%Y-%m-%d %H:%M:%S")
+        for key in keys:
+            arg = TableRef.parse(key).procedure_argument()
+            spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => {arg})").collect()
+            spark.sql(
+                f"CALL {catalog}.system.expire_snapshots(table => {arg}, "
+                f"older_than => TIMESTAMP '{cutoff}', retain_last => 1)"
+            ).collect()
+            spark.sql(
+                f"CALL {catalog}.system.remove_orphan_files(table => {arg}, "
+                f"older_than => TIMESTAMP '{cutoff}')"
+            ).collect()
+    finally:
+        stop_spark()
+    _emit({"tables": len(keys)})
+
+
+def spark_append(config_path: str, key: str, count: str) -> None:
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import TableRef
+    from icegate_dagster.spark_session import get_spark, stop_spark
+
+    config = load_config(config_path)
+    spark = get_spark(config)
+    try:
+        name = TableRef.parse(key).spark_identifier(config.catalog.name)
+        frame = spark.range(int(count)).selectExpr(
+            "id",
+            "'acme' AS tenant_id",
+            "timestamp_seconds(1793491200 + id) AS timestamp",
+            "concat('log line ', id, ' ', repeat('x', 40)) AS body",
+        )
+        frame.writeTo(name).append()
+    finally:
+        stop_spark()
+    _emit({"rows": int(count)})
+
+
+def build_big(config_path: str, key: str, gigabytes: str, files: str) -> None:
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import TableRef
+    from icegate_dagster.spark_session import get_spark, stop_spark
+
+    config = load_config(config_path)
+    spark = get_spark(config)
+    try:
+        name = TableRef.parse(key).spark_identifier(config.catalog.name)
+        rows_needed = int(float(gigabytes) * 1024**3 / 60)  # ~60 bytes a row once compressed
+        frame = spark.range(rows_needed).selectExpr(
+            "id",
+            "concat('tenant-', id % 50) AS tenant_id",
+            "timestamp_seconds(1793491200 + id) AS timestamp",
+            "concat('took ', id % 997, ' ms; ', sha2(cast(id AS string), 256)) AS body",
+        )
+        frame.repartition(int(files)).writeTo(name).append()
+    finally:
+        stop_spark()
+    _emit({"rows": rows_needed})
+
+
+def pyarrow_rewrite(paths_file: str, out: str, level: str) -> None:
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    started = time.perf_counter()
+    paths = Path(paths_file).read_text().split("\n")
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    dataset = ds.dataset([p for p in paths if p], format="parquet")
+    with pq.ParquetWriter(
+        target / "compacted.parquet",
+        dataset.schema,
+        compression="zstd",
+        compression_level=None if level == "default" else int(level),
+    ) as writer:
+        for batch in dataset.to_batches():
+            writer.write_batch(batch)
+    _emit({"rewrite_s": time.perf_counter() - started})
+
+
+def sensor(config_path: str, keys_file: str) -> None:
+    import dagster as dg
+
+    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors import iceberg_table_discovery, wal_size_sensor
+
+    keys = [k for k in Path(keys_file).read_text().split("\n") if k]
+    resource_ = LakehouseResource(config_path=config_path)
+
+    def timed(action: Callable[[], Any]) -> float:
+        started = time.perf_counter()
+        action()
+        return time.perf_counter() - started
+
+    with dg.instance_for_test() as instance:
+
+        def tick(which: Any) -> float:
+            context = dg.build_sensor_context(instance=instance, resources={"lakehouse": resource_})
+            return timed(lambda: which(context))
+
+        discovery_s = tick(iceberg_table_discovery)
+        instance.add_dynamic_partitions(iceberg_tables.name, keys)
+        wal_s = tick(wal_size_sensor)
+    _emit({"discovery_s": discovery_s, "wal_s": wal_s, "tables": len(keys)})
+
+
+def query(config_path: str, files: str, count: str) -> None:
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import Maintainer, TableRef
+    from icegate_dagster.spark_session import get_spark, stop_spark
+
+    config = load_config(config_path)
+    spark = get_spark(config)
+    try:
+        ref = TableRef.parse("bench.wide")
+        name = ref.spark_identifier(config.catalog.name)
+        frame = spark.range(int(count)).selectExpr(
+            "id",
+            "'acme' AS tenant_id",
+            "timestamp_seconds(1793491200 + id) AS timestamp",
+            "concat('log line ', id, ' ', repeat('x', 40)) AS body",
+        )
+        frame.repartition(int(files)).writeTo(name).append()  # one commit, many small files
+
+        def queries() -> float:
+            started = time.perf_counter()
+            for _ in range(3):
+                spark.sql(f"SELECT count(*), max(length(body)) FROM {name}").collect()
+                spark.sql(f"SELECT count(*) FROM {name} WHERE id BETWEEN 1000 AND 2000").collect()
+            return (time.perf_counter() - started) / 3
+
+        before = queries()
+        result = Maintainer(config, spark=lambda: spark).maintain_table(ref)
+        if not result.ok:
+            raise SystemExit(f"maintenance failed: {json.dumps(result.as_dict())}")
+        after = queries()
+    finally:
+        stop_spark()
+    _emit(
+        {
+            "before_s": before,
+            "after_s": after,
+            "files_before": result.before.data_files if result.before else -1,
+            "files_after": result.after.data_files if result.after else -1,
+        }
+    )
+
+
+def dagster_run(config_path: str, joined_keys: str) -> None:
+    import dagster as dg
+
+    from icegate_dagster.definitions import defs
+    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.resources import LakehouseResource, SparkResource
+
+    keys = joined_keys.split(",")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(iceberg_tables.name, keys)
+    tags = {
+        "dagster/asset_partition_range_start": keys[0],
+        "dagster/asset_partition_range_end": keys[-1],
+    }
+    result = defs.resolve_job_def("maintenance_job").execute_in_process(
+        instance=instance,
+        partition_key=keys[0] if len(keys) == 1 else None,
+        tags=None if len(keys) == 1 else tags,
+        resources={
+            "lakehouse": LakehouseResource(config_path=config_path),
+            "spark": SparkResource(),
+        },
+        raise_on_error=False,
+    )
+    if not result.success:
+        raise SystemExit(f"the Dagster run over {keys[0]}..{keys[-1]} failed")
+    _emit({"tables": len(keys)})
+
+
+SIDES: dict[str, Callable[..., None]] = {
+    "seed_full_pass": seed_full_pass,
+    "spark_append": spark_append,
+    "build_big": build_big,
+    "pyarrow_rewrite": pyarrow_rewrite,
+    "sensor": sensor,
+    "query": query,
+    "dagster_run": dagster_run,
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in SIDES:
+        print(f"usage: python -m bench.sides {{{','.join(SIDES)}}} ARG ...", file=sys.stderr)
+        return 2
+    SIDES[argv[0]](*argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
