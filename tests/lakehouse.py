@@ -80,6 +80,21 @@ class Lakehouse:
             table.append(batch(i * 1000, services))
         return table
 
+    def add_table_inside(self, outer: str, key: str, *, age: timedelta | None = None) -> Table:
+        """A table whose folder lies inside ``outer``'s, with one small commit; its data
+        files are made ``age`` old (so only being referenced keeps them from orphan removal)."""
+        ref = TableRef.parse(key)
+        location = f"{self.table(outer).location()}/{ref.name}"
+        table = self.catalog.create_table(
+            ref.identifier, schema=SCHEMA, partition_spec=SPEC, location=location
+        )
+        table.append(batch(0, ("api",)))
+        if age is not None:
+            stamp = time.time() - age.total_seconds()
+            for path in self.data_file_paths(key):
+                os.utime(path, (stamp, stamp))
+        return table
+
     def data_dir(self, key: str) -> Path:
         return Path(self.table(key).location().removeprefix("file://")) / "data"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -217,10 +218,13 @@ class LogWriter:
         return None
 
     @contextlib.contextmanager
-    def batches(self, tables_per_write: int, *, enabled: bool = True) -> Iterator[LogBatch]:
-        """Collect finished tables and write their rows every ``tables_per_write`` tables
-        (a crash loses at most those), and the rest when the block ends, however it ends."""
-        batch = LogBatch(self, tables_per_write if enabled else 0)
+    def batches(
+        self, tables_per_write: int, seconds_between: float, *, enabled: bool = True
+    ) -> Iterator[LogBatch]:
+        """Collect finished tables and write their rows once ``tables_per_write`` tables
+        are waiting and ``seconds_between`` have passed since the last write (a crash loses
+        at most those rows), and the rest when the block ends, however it ends."""
+        batch = LogBatch(self, tables_per_write if enabled else 0, seconds_between)
         try:
             yield batch
         finally:
@@ -230,18 +234,23 @@ class LogWriter:
 class LogBatch:
     """Tables whose rows are not written yet (see :meth:`LogWriter.batches`)."""
 
-    def __init__(self, writer: LogWriter, size: int) -> None:
+    def __init__(self, writer: LogWriter, size: int, seconds_between: float) -> None:
         self._writer = writer
         self._size = size
+        self._seconds = seconds_between
+        self._last_write = time.monotonic()
         self._pending: list[TableResult] = []
 
     def add(self, table: TableResult) -> None:
-        """Queue ``table``'s rows; write the queue once it holds a batch (never when the
-        batch size is 0: a dry run logs nothing)."""
+        """Queue ``table``'s rows; write the queue once it holds a batch and the interval
+        has passed (never when the batch size is 0: a dry run logs nothing). Healthy tables
+        finish in milliseconds: writing every batch of them would give the log table a
+        small file per batch, and a pass of a thousand tables a JVM to compact them."""
         if self._size <= 0:
             return
         self._pending.append(table)
-        if len(self._pending) >= self._size:
+        waited = time.monotonic() - self._last_write
+        if len(self._pending) >= self._size and waited >= self._seconds:
             self.flush()
 
     def flush(self) -> None:
@@ -249,3 +258,4 @@ class LogBatch:
         pending, self._pending = self._pending, []
         if pending:
             self._writer.write_tables(pending)
+            self._last_write = time.monotonic()

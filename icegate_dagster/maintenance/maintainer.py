@@ -46,8 +46,10 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
-#: Tables whose log rows a pass writes together (a crash loses at most these rows).
+#: A pass writes its log rows once this many tables are waiting and this long has passed
+#: since its last write (a crash loses at most those rows).
 LOG_BATCH_TABLES = 25
+LOG_BATCH_SECONDS = 10.0
 
 
 def new_run_id() -> str:
@@ -262,8 +264,8 @@ class Maintainer:
             return self.maintain_table(item[1], operations, dry_run=dry_run, write_log=False)
 
         workers = parallel or self.config.parallel_tables
-        # Log rows go out in one Spark append per LOG_BATCH_TABLES tables, not one per table.
-        with self.log.batches(LOG_BATCH_TABLES, enabled=not dry_run) as unlogged:
+        # Log rows go out in one append per batch of tables, not one per table.
+        with self.log.batches(LOG_BATCH_TABLES, LOG_BATCH_SECONDS, enabled=not dry_run) as unlogged:
             for (index, _), result in each_table(
                 list(enumerate(refs)), maintain_one, workers, "maintain"
             ):

@@ -274,6 +274,9 @@ def _migrate(catalog: Catalog, ref: TableRef) -> MigrationResult:
                 schema=target,
                 partition_spec=_partition_spec(target),
                 sort_order=_sort_order(target),
+                # What Iceberg's Java writers (Spark ingest, compaction) use; without it
+                # they fall back to gzip, while pyiceberg and the ingest write zstd.
+                properties={"write.parquet.compression-codec": "zstd"},
             )
         except TableAlreadyExistsError:
             # Another migrate created it since we looked: evolve what it made instead.

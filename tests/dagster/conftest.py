@@ -8,6 +8,7 @@ import pytest
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
+from icegate_dagster.sensors import iceberg_table_discovery
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 
@@ -54,3 +55,20 @@ def small_lakehouse(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     lh.add_table("lakehouse.orders", appends=5, services=("shop",))
     lh.add_table("lakehouse.spans", appends=5, services=("a",))
     return lh
+
+
+def discovery_tick(
+    instance: dg.DagsterInstance, resource: LakehouseResource
+) -> dg.SensorResult | dg.SkipReason:
+    """One tick of the discovery sensor, its partition requests applied as the daemon does."""
+    context = dg.build_sensor_context(instance=instance, resources={"lakehouse": resource})
+    result = iceberg_table_discovery(context)
+    if isinstance(result, dg.SensorResult):
+        for request in result.dynamic_partitions_requests or []:
+            if isinstance(request, dg.AddDynamicPartitionsRequest):
+                instance.add_dynamic_partitions(iceberg_tables.name, list(request.partition_keys))
+            else:
+                for key in request.partition_keys:
+                    instance.delete_dynamic_partition(iceberg_tables.name, key)
+    assert isinstance(result, dg.SensorResult | dg.SkipReason)
+    return result

@@ -2,24 +2,9 @@
 
 import dagster as dg
 
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.sensors import iceberg_table_discovery
+from tests.dagster.conftest import discovery_tick
 from tests.lakehouse import LakehouseFactory
-
-
-def _tick(instance: dg.DagsterInstance, lakehouse: LakehouseResource):  # type: ignore[no-untyped-def]
-    context = dg.build_sensor_context(instance=instance, resources={"lakehouse": lakehouse})
-    result = iceberg_table_discovery(context)
-    if isinstance(result, dg.SensorResult):
-        # Apply the requests the way the daemon does.
-        for request in result.dynamic_partitions_requests or []:
-            if isinstance(request, dg.AddDynamicPartitionsRequest):
-                instance.add_dynamic_partitions(iceberg_tables.name, list(request.partition_keys))
-            else:
-                for key in request.partition_keys:
-                    instance.delete_dynamic_partition(iceberg_tables.name, key)
-    return result
 
 
 def test_sensor_adds_new_tables_removes_dropped_and_skips_underscore(
@@ -32,7 +17,7 @@ def test_sensor_adds_new_tables_removes_dropped_and_skips_underscore(
     resource = LakehouseResource(config_path=str(lh.config_path))
 
     with dg.instance_for_test() as instance:
-        first = _tick(instance, resource)
+        first = discovery_tick(instance, resource)
         assert isinstance(first, dg.SensorResult)
         assert first.cursor is None  # the state is the instance's partitions, not a cursor
         assert sorted(instance.get_dynamic_partitions("iceberg_tables")) == [
@@ -40,14 +25,14 @@ def test_sensor_adds_new_tables_removes_dropped_and_skips_underscore(
             "lakehouse.spans",
         ]
 
-        second = _tick(instance, resource)
+        second = discovery_tick(instance, resource)
         assert isinstance(second, dg.SkipReason)
         assert "no change" in str(second.skip_message)
         assert "2 tables" in str(second.skip_message)
 
         lh.catalog.drop_table(("lakehouse", "spans"))
         lh.add_table("lakehouse.metrics", appends=1)
-        third = _tick(instance, resource)
+        third = discovery_tick(instance, resource)
         assert isinstance(third, dg.SensorResult)
         assert sorted(instance.get_dynamic_partitions("iceberg_tables")) == [
             "lakehouse.logs",

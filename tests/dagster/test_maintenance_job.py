@@ -5,22 +5,9 @@ import dagster as dg
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.health import CHECK_NAMES
+from tests.contract import CONTRACT_METADATA_KEYS
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import Lakehouse
-
-CONTRACT_KEYS = {
-    "files_before",
-    "files_after",
-    "bytes_before",
-    "bytes_after",
-    "snapshots_before",
-    "snapshots_after",
-    "rows_before",
-    "rows_after",
-    "wal_files_ingested",
-    "orphans_removed",
-    "duration_s",
-}
 
 
 def _materialization(instance: dg.DagsterInstance, key: str) -> dg.AssetMaterialization:
@@ -44,7 +31,7 @@ def test_one_partition_records_contract_metadata_and_checks(
     assert result.success
 
     metadata = _materialization(instance, "lakehouse.logs").metadata
-    assert set(metadata) >= CONTRACT_KEYS
+    assert set(metadata) >= set(CONTRACT_METADATA_KEYS)
     assert metadata["files_before"].value == 12
     assert metadata["files_after"].value == 2
     assert metadata["rows_before"].value == metadata["rows_after"].value == 60

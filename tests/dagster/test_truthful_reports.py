@@ -12,8 +12,7 @@ from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.sensors import iceberg_table_discovery
-from tests.dagster.conftest import resources_for, run_maintenance
+from tests.dagster.conftest import discovery_tick, resources_for, run_maintenance
 from tests.lakehouse import LakehouseFactory
 
 TABLE = "lakehouse.logs"
@@ -107,22 +106,6 @@ def test_dropped_table_in_a_batch_logs_a_failed_row_per_operation(
     assert _checks(result)[(TABLE, "ops_succeeded")].passed is True
 
 
-def _tick(
-    instance: dg.DagsterInstance, resource: LakehouseResource
-) -> dg.SensorResult | dg.SkipReason:
-    context = dg.build_sensor_context(instance=instance, resources={"lakehouse": resource})
-    result = iceberg_table_discovery(context)
-    if isinstance(result, dg.SensorResult):
-        for request in result.dynamic_partitions_requests or []:
-            if isinstance(request, dg.AddDynamicPartitionsRequest):
-                instance.add_dynamic_partitions(iceberg_tables.name, list(request.partition_keys))
-            else:
-                for key in request.partition_keys:
-                    instance.delete_dynamic_partition(iceberg_tables.name, key)
-    assert isinstance(result, dg.SensorResult | dg.SkipReason)
-    return result
-
-
 def test_backfill_batch_whose_first_table_was_dropped_still_maintains_the_others(
     lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
 ) -> None:
@@ -131,7 +114,7 @@ def test_backfill_batch_whose_first_table_was_dropped_still_maintains_the_others
     for key in keys:
         lh.add_table(key, appends=2)
     resource = LakehouseResource(config_path=str(lh.config_path))
-    _tick(instance, resource)
+    discovery_tick(instance, resource)
     assert list(instance.get_dynamic_partitions(iceberg_tables.name)) == keys
     # A backfill batch is queued (as the daemon makes it: a range over the partitions) ...
     job = defs.resolve_job_def("maintenance_job")
@@ -146,7 +129,7 @@ def test_backfill_batch_whose_first_table_was_dropped_still_maintains_the_others
     # ... then its first and last tables are dropped and the discovery sensor ticks.
     lh.catalog.drop_table(("lakehouse", "a_first"))
     lh.catalog.drop_table(("lakehouse", "c_last"))
-    deferred = _tick(instance, resource)
+    deferred = discovery_tick(instance, resource)
 
     assert isinstance(deferred, dg.SkipReason)
     message = str(deferred.skip_message)
@@ -167,6 +150,6 @@ def test_backfill_batch_whose_first_table_was_dropped_still_maintains_the_others
 
     # Once no unfinished run names them, the next tick removes the partitions.
     instance.report_run_canceled(queued)
-    removed = _tick(instance, resource)
+    removed = discovery_tick(instance, resource)
     assert isinstance(removed, dg.SensorResult)
     assert list(instance.get_dynamic_partitions(iceberg_tables.name)) == ["lakehouse.b_middle"]

@@ -15,7 +15,7 @@ import yaml
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.config import load_config
-from tests.lakehouse import SCHEMA, SPEC, LakehouseFactory, batch
+from tests.lakehouse import LakehouseFactory, batch
 
 TABLE = "lakehouse.logs"
 
@@ -100,20 +100,11 @@ def test_an_unreadable_table_refuses_orphan_removal_on_others_and_the_pass_goes_
     lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lh = lakehouse_factory()
-    outer = lh.add_table(TABLE, appends=6)
+    lh.add_table(TABLE, appends=6)
     # Another table inside the first one's folder, then its metadata file is lost: its
     # location cannot be read any more, and its live files look orphaned to the outer table.
-    inner = lh.catalog.create_table(
-        ("lakehouse", "inner"),
-        schema=SCHEMA,
-        partition_spec=SPEC,
-        location=f"{outer.location()}/inner",
-    )
-    inner.append(batch(0, ("api",)))
+    lh.add_table_inside(TABLE, "lakehouse.inner", age=timedelta(days=30))
     inner_files = lh.data_file_paths("lakehouse.inner")
-    long_ago = time.time() - timedelta(days=30).total_seconds()
-    for path in inner_files:
-        os.utime(path, (long_ago, long_ago))
     _local(lh.table("lakehouse.inner").metadata_location).write_text("{ not json")
     rows = lh.rows_without_spark(TABLE)
 

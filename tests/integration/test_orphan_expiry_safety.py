@@ -14,7 +14,7 @@ import pytest
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.spark_session import get_spark
-from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory, batch
+from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
 TABLE = "lakehouse.logs"
 
@@ -63,14 +63,8 @@ def test_tables_sharing_a_location_refuse_orphan_removal(
     lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lh = lakehouse_factory()
-    outer = lh.add_table(TABLE, appends=2)
-    inner = lh.catalog.create_table(
-        ("lakehouse", "inner"),
-        schema=SCHEMA,
-        partition_spec=SPEC,
-        location=f"{outer.location()}/inner",
-    )
-    inner.append(batch(0, ("api",)))
+    lh.add_table(TABLE, appends=2)
+    lh.add_table_inside(TABLE, "lakehouse.inner")
     live = _live_files(lh, TABLE) | _live_files(lh, "lakehouse.inner")
     long_ago = time.time() - timedelta(days=30).total_seconds()
     for path in live:  # old enough that only being referenced keeps them

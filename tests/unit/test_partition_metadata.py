@@ -9,23 +9,10 @@ import dagster as dg
 from icegate_dagster.assets.maintained_table import partition_metadata
 from icegate_dagster.maintenance.results import OpResult, Status, TableResult, TableStats
 from icegate_dagster.maintenance.wal import WalStats
+from tests.contract import CONTRACT_METADATA_KEYS
 
-#: The keys DESIGN.md promises on every partition's materialization.
-CONTRACT_KEYS = (
-    "files_before",
-    "files_after",
-    "bytes_before",
-    "bytes_after",
-    "snapshots_before",
-    "snapshots_after",
-    "rows_before",
-    "rows_after",
-    "wal_files_ingested",
-    "orphans_removed",
-    "duration_s",
-)
 #: The keys that come from the table's state, left out when it could not be read.
-STATE_KEYS = tuple(k for k in CONTRACT_KEYS if k.endswith(("_before", "_after"))) + (
+STATE_KEYS = tuple(k for k in CONTRACT_METADATA_KEYS if k.endswith(("_before", "_after"))) + (
     "small_files_after",
 )
 
@@ -93,7 +80,7 @@ OPS_HEADER = ["operation", "status", "time", "data files", "details"]
 
 def test_every_contract_key_is_present_with_the_table_numbers() -> None:
     metadata = partition_metadata(maintained(op("optimize")), WAL)
-    assert {key: metadata[key] for key in CONTRACT_KEYS} == {
+    assert {key: metadata[key] for key in CONTRACT_METADATA_KEYS} == {
         "files_before": 8,
         "files_after": 2,
         "bytes_before": 8000,

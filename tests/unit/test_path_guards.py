@@ -15,7 +15,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.discovery import table_locations
 from icegate_dagster.maintenance.wal import list_wal_files, wal_location, wal_stats
 from icegate_dagster.sensors import wal_backlogs
-from tests.lakehouse import Lakehouse, LakehouseFactory, batch
+from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory, batch
 
 
 def _with_wal_root(lh: Lakehouse, wal_root: str) -> Lakehouse:
@@ -95,6 +95,30 @@ def test_wal_root_inside_a_table_folder_is_refused_naming_both(
     # A table elsewhere is not affected.
     other = maintainer.run_op(TableRef.parse("lakehouse.spans"), operation)
     assert other.status == "skipped", other
+
+
+@pytest.mark.parametrize("table_state", ["gc-disabled", "empty"])
+def test_crossing_paths_are_refused_before_any_reason_to_skip(
+    lakehouse_factory: LakehouseFactory, table_state: str
+) -> None:
+    """A misconfiguration is never hidden behind a skip: the refusal comes before the
+    gc.enabled and no-snapshot gates."""
+    lh = lakehouse_factory()
+    if table_state == "empty":
+        lh.catalog.create_namespace_if_not_exists("lakehouse")
+        table = lh.catalog.create_table(("lakehouse", "empty"), schema=SCHEMA)
+        key = "lakehouse.empty"
+    else:
+        table = lh.add_table("lakehouse.shared", appends=1)
+        with table.transaction() as transaction:
+            transaction.set_properties({"gc.enabled": "false"})
+        key = "lakehouse.shared"
+    _with_wal_root(lh, f"{table.location()}/wal")
+    result = Maintainer(lh.config, spark=_no_spark).run_op(
+        TableRef.parse(key), "remove_orphan_files"
+    )
+    assert result.status == "failed", result
+    assert "wal.root" in result.details and key in result.details
 
 
 def test_table_folder_inside_the_wal_root_is_refused(lakehouse_factory: LakehouseFactory) -> None:

@@ -111,3 +111,26 @@ def test_the_property_is_read_from_the_table_as_it_is_now(
     with table.transaction() as tx:
         tx.set_properties({"write.target-file-size-bytes": str(TABLE_TARGET)})
     assert rewrite_options(settings, table)["target-file-size-bytes"] == str(2 * TABLE_TARGET)
+
+
+def test_max_file_group_size_maps_onto_the_group_size_option(
+    tmp_path: Path, catalog_dir: Path
+) -> None:
+    table = create_table(sqlite_catalog(catalog_dir), "grouped")
+    settings = optimize_settings(tmp_path, max_file_group_size="128MB")
+    assert rewrite_options(settings, table)["max-file-group-size-bytes"] == str(128 * MB)
+    assert "max-file-group-size-bytes" not in rewrite_options(optimize_settings(tmp_path), table)
+
+
+def test_a_codec_is_set_only_on_tables_that_set_none(tmp_path: Path, catalog_dir: Path) -> None:
+    from icegate_dagster.maintenance.ops.optimize import CODEC_PROPERTY, codec_to_set
+
+    catalog = sqlite_catalog(catalog_dir)
+    bare = create_table(catalog, "bare")  # pyiceberg stores no codec: Java would use gzip
+    assert CODEC_PROPERTY not in bare.properties
+    assert codec_to_set(optimize_settings(tmp_path), bare) == "zstd"
+    assert codec_to_set(optimize_settings(tmp_path, compression_codec="lz4"), bare) == "lz4"
+    assert codec_to_set(optimize_settings(tmp_path, compression_codec=None), bare) is None
+    with bare.transaction() as transaction:
+        transaction.set_properties({CODEC_PROPERTY: "snappy"})
+    assert codec_to_set(optimize_settings(tmp_path), bare.refresh()) is None  # its own choice

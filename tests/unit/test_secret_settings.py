@@ -99,3 +99,15 @@ def test_secret_settings_stay_off_the_command_line(
 
 def test_properties_lines_are_escaped() -> None:
     assert _properties_line("spark.a", "x y=z:w#!\\\n") == "spark.a=x\\ y\\=z\\:w\\#\\!\\\\\\n\n"
+
+
+def test_a_secret_is_masked_before_a_long_error_is_cut() -> None:
+    """A cut at 1,000 characters must not leave a piece of a secret that masking no
+    longer recognises."""
+    from icegate_dagster.errors import describe_error
+
+    secret = "S3cr3tPassw0rdValue"
+    text = "x" * 990 + f" postgresql://u:{secret}@db/catalog"
+    described = describe_error(RuntimeError(text), lambda t: t.replace(secret, "***"))
+    assert len(described) <= 1000
+    assert "S3cr3t" not in described and "S3c" not in described[-30:]

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import sql_string
+from icegate_dagster.maintenance.locks import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation
 from icegate_dagster.maintenance.ops.procedures import call_procedure, options_map
 from icegate_dagster.maintenance.results import Outcome
@@ -37,7 +38,21 @@ def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
     }
     if settings.file_size_threshold >= target:
         options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
+    if settings.max_file_group_size is not None:
+        options["max-file-group-size-bytes"] = str(settings.max_file_group_size)
     return options
+
+
+#: The table property Iceberg's Parquet writer reads its codec from.
+CODEC_PROPERTY = "write.parquet.compression-codec"
+
+
+def codec_to_set(settings: OptimizeSettings, table: Table) -> str | None:
+    """The codec to set on ``table`` before rewriting it: ``compression_codec`` when the
+    table sets none (Iceberg's writer would fall back to gzip), else ``None``."""
+    if settings.compression_codec is None or CODEC_PROPERTY in table.properties:
+        return None
+    return settings.compression_codec
 
 
 class Optimize(Operation):
@@ -76,10 +91,17 @@ class Optimize(Operation):
                     "sort order; set optimize.sort_order (e.g. 'zorder(tenant_id, timestamp)')"
                 )
         args["options"] = options_map(rewrite_options(rule, ctx.table))
+        codec = codec_to_set(rule, ctx.table)
+        if codec is not None:
+            check_lease()  # a metadata commit: only while the table is ours
+            with ctx.table.transaction() as transaction:
+                transaction.set_properties({CODEC_PROPERTY: codec})
         row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
-        return Outcome(
-            "completed",
+        details = (
             f"rewrote {row['rewritten_data_files_count']} data files "
-            f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}",
-            row,
+            f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}"
         )
+        if codec is not None:
+            details += f"; set {CODEC_PROPERTY}={codec} first (the table set no codec)"
+            row["compression_codec_set"] = codec
+        return Outcome("completed", details, row)

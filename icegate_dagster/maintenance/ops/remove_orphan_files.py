@@ -27,9 +27,10 @@ class RemoveOrphanFiles(Operation):
 
     def refuse(self, ctx: OpContext) -> None:
         refuse_crossing_paths(self.name, ctx)
-        ctx.locations.refuse_overlaps(self.name, ctx.ref.key, ctx.table.location())
 
     def plan(self, ctx: OpContext) -> Plan:
+        # Listing the folder is only safe when no other table's files can be in it.
+        ctx.locations.refuse_overlaps(self.name, ctx.ref.key, ctx.table.location())
         older_than = ctx.now - ctx.settings.remove_orphan_files.retention_threshold
         # One listing of the folder against the manifests: usually nothing, and no Spark.
         if orphan_candidates(ctx.table, older_than) == []:
