@@ -17,19 +17,13 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub-style markdown table; a ``|`` or line break in a cell cannot break it."""
+    """A markdown table, unpadded (the UI collapses long metadata, so no byte is wasted);
+    a ``|`` or line break in a cell cannot break it."""
 
-    def cell(value: object) -> str:
-        return str(value).replace("|", "/").replace("\n", " ")
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |"
 
-    text: str = tabulate(
-        [[cell(value) for value in row] for row in rows],
-        headers,
-        tablefmt="github",
-        disable_numparse=True,
-        stralign="left",
-    )
-    return text
+    return "\n".join([line(headers), "|" + "---|" * len(headers), *map(line, rows)])
 
 
 def human_bytes(value: int) -> str:

@@ -4,6 +4,7 @@ from typing import Any
 
 import dagster as dg
 
+from icegate_dagster import render
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.maintenance.log import ensure_log_table, log_size, read_log
 from icegate_dagster.resources import LakehouseResource, SparkResource
@@ -22,11 +23,9 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         "duration_ms",
         "details",
     ]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [str(row.get(c, "")).replace("|", "/").replace("\n", " ")[:120] for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return render.markdown_table(
+        columns, [[str(row.get(c, ""))[:120] for c in columns] for row in rows]
+    )
 
 
 @dg.asset(

@@ -19,14 +19,21 @@ DRIVER_SIDE_MAX_FILES = 20_000
 DRIVER_SIDE_MAX_MANIFESTS = 500
 
 
-def java_table(spark: SparkSession, identifier: str) -> Any:
-    """Iceberg's own Java ``Table`` on the Spark driver (no Spark job)."""
+def java_table(spark: SparkSession, identifier: str, catalog: str | None = None) -> Any:
+    """Iceberg's own Java ``Table`` on the Spark driver (no Spark job).
+
+    ``catalog`` (the Spark catalog name) is initialised first, so that a catalog that
+    cannot start fails with its own error (a FileIO class not found, say) rather than
+    having its name misread as a namespace of ``spark_catalog``.
+    """
     jvm: Any = spark._jvm
     session: Any = spark._jsparkSession
     # Outside spark.sql() the JVM reads settings from the calling thread's active session;
     # a maintenance thread (parallel_tables) has none, so a catalog not loaded yet would
     # be "not defined" and the name misread as a spark_catalog namespace.
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+    if catalog is not None:
+        session.sessionState().catalogManager().catalog(catalog)
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, identifier)
 
 

@@ -79,7 +79,8 @@ class OpContext:
         """Iceberg's Java table of this table on the Spark driver (starts Spark)."""
         from icegate_dagster.maintenance.iceberg_java import java_table
 
-        return java_table(self.spark(), self.ref.spark_identifier(self.catalog_name))
+        identifier = self.ref.spark_identifier(self.catalog_name)
+        return java_table(self.spark(), identifier, self.catalog_name)
 
 
 #: What planning says: ``None`` when there is work, else why not (a reason, or a skipped

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import sql_string
-from icegate_dagster.maintenance.locks import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation
-from icegate_dagster.maintenance.ops.procedures import call_procedure, options_map
+from icegate_dagster.maintenance.ops.procedures import call_procedure, committing, options_map
 from icegate_dagster.maintenance.results import Outcome
 
 if TYPE_CHECKING:
@@ -55,6 +54,10 @@ def codec_to_set(settings: OptimizeSettings, table: Table) -> str | None:
     return settings.compression_codec
 
 
+def _set_codec(java_table: Any, codec: str) -> None:
+    java_table.updateProperties().set(CODEC_PROPERTY, codec).commit()
+
+
 class Optimize(Operation):
     """Small files rewritten into few, partition by partition."""
 
@@ -93,9 +96,9 @@ class Optimize(Operation):
         args["options"] = options_map(rewrite_options(rule, ctx.table))
         codec = codec_to_set(rule, ctx.table)
         if codec is not None:
-            check_lease()  # a metadata commit: only while the table is ours
-            with ctx.table.transaction() as transaction:
-                transaction.set_properties({CODEC_PROPERTY: codec})
+            # Through Spark's own view of the table: where Spark cannot start or cannot
+            # open the table, this fails before anything is committed.
+            committing(lambda: _set_codec(ctx.java_table(), codec))
         row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
         details = (
             f"rewrote {row['rewritten_data_files_count']} data files "
