@@ -464,12 +464,8 @@ def bench_wal_ingest(work: Path, settings: Settings) -> list[Figure]:
     ours = built("ours", lambda: Template(work / "ours", build_ours))
     base = built("baseline", lambda: Template(work / "append", build_base))
 
-    def run_ours(group_size: str | None = None) -> Sample:
+    def run_ours() -> Sample:
         root = ours.restore()
-        if group_size is not None:  # the documented option: several groups, written in parallel
-            config = yaml.safe_load((root / "icegate.yaml").read_text())
-            config["maintain"]["optimize"]["max_file_group_size"] = group_size
-            (root / "icegate.yaml").write_text(yaml.safe_dump(config))
 
         def check(run: ProcessRun) -> dict[str, Any]:
             (op,) = ops_named(all_ok(cli_json(run), 1), "wal_compaction")
