@@ -310,12 +310,8 @@ def bench_full_pass(work: Path, settings: Settings) -> list[Figure]:
     ours = built("ours", lambda: Template(work / "ours", build("bench_ours")))
     seed = built("seed", lambda: Template(work / "seed", build("bench_seed")))
 
-    def run_ours(group_size: str | None = None) -> Sample:
+    def run_ours() -> Sample:
         root = ours.restore()
-        if group_size is not None:  # the documented option: several groups, written in parallel
-            config = yaml.safe_load((root / "icegate.yaml").read_text())
-            config["maintain"]["optimize"]["max_file_group_size"] = group_size
-            (root / "icegate.yaml").write_text(yaml.safe_dump(config))
         argv = icegate("run", "--config", root / "icegate.yaml", "--json")
         return cold(settings, "ours", argv, work, lambda r: {"n": len(all_ok(cli_json(r), tables))})
 
