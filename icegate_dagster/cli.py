@@ -10,12 +10,19 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from icegate_dagster import render
 from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableRef, TableResult, TableStats
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from icegate_dagster.maintenance.table_health import TableHealth
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -50,7 +57,19 @@ def _parser() -> argparse.ArgumentParser:
             name, parents=[common], help=f"run {operation.name} only: {operation.description}"
         )
         one.add_argument("--table", action="append", metavar="T", required=True)
-        one.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
+        modes = one.add_mutually_exclusive_group()
+        modes.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
+        if name == "orphans":  # deferred deletion: collect now, delete later
+            modes.add_argument(
+                "--collect",
+                action="store_true",
+                help="record the orphan candidates in the candidates table; delete nothing",
+            )
+            modes.add_argument(
+                "--delete-collected",
+                action="store_true",
+                help="delete the collected candidates still unreferenced, old and unchanged",
+            )
         if operation.force_help is not None:
             one.add_argument("--force", action="store_true", help=operation.force_help)
     migrate = sub.add_parser(
@@ -136,6 +155,57 @@ def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
+def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:
+    """The table's health score and due operations, from metadata (and its WAL folder)."""
+    from icegate_dagster.maintenance.table_health import assess_table
+    from icegate_dagster.maintenance.wal import wal_stats
+
+    config = maintainer.config
+    wal = wal_stats(config.wal_root, ref) if config.wal_root else None
+    return assess_table(table, ref.key, maintainer.settings(ref), datetime.now(UTC), wal)
+
+
+def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> int:
+    """``status``: stats, score and due operations per table, no JVM; a table that cannot
+    be read or assessed is reported on its own row (exit 1), the others as usual."""
+    from icegate_dagster.catalog import scrub
+    from icegate_dagster.errors import describe_error
+
+    stats: list[tuple[str, TableStats | None, str | None]] = []
+    healths: dict[str, TableHealth] = {}
+    for target in _targets(maintainer, names):
+        if isinstance(target, TableResult):
+            stats.append((target.table, None, target.error))
+            continue
+        try:
+            table = maintainer.load(target)
+            table_stats = maintainer.stats(target, table)
+        except IcegateError as exc:
+            stats.append((target.key, None, str(exc)))
+            continue
+        try:
+            healths[target.key] = _health(maintainer, target, table)
+        except Exception as exc:  # e.g. a bad icegate.health.* property: this table only
+            error = describe_error(exc, lambda text: scrub(text, maintainer.config))
+            stats.append((target.key, table_stats, f"cannot assess its health: {error}"))
+            continue
+        stats.append((target.key, table_stats, None))
+    if as_json:
+        document = [
+            {
+                "table": t,
+                "stats": s.as_dict() if s else None,
+                "health": healths[t].as_dict() if t in healths else None,
+                "error": e,
+            }
+            for t, s, e in stats
+        ]
+        print(json.dumps(document, indent=2))
+    else:
+        print(render.status_table(stats, healths))
+    return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
+
+
 def _migrate(maintainer: Maintainer, namespace: str | None, as_json: bool) -> int:
     from icegate_dagster.maintenance.migrate import migrate, target_namespace
 
@@ -146,6 +216,42 @@ def _migrate(maintainer: Maintainer, namespace: str | None, as_json: bool) -> in
     else:
         rows = [[r.table, r.action, r.error or ", ".join(r.added_columns) or "-"] for r in results]
         print(render.text_table(["table", "action", "columns added / error"], rows))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _deferred_orphans(maintainer: Maintainer, names: list[str], delete: bool, as_json: bool) -> int:
+    """``orphans --collect`` / ``--delete-collected``: exit 1 if a table or a delete failed."""
+    from icegate_dagster.maintenance import deferred_orphans as deferred
+
+    where = deferred.candidates_table(maintainer.config).key
+    results: Sequence[deferred.CollectResult | deferred.DeleteResult]
+    if delete:
+        results = deferred.delete_collected(maintainer, names)
+    else:
+        results = deferred.collect(maintainer, names)
+    if as_json:
+        document = {
+            "run_id": maintainer.run_id,
+            "mode": "delete_collected" if delete else "collect",
+            "candidates_table": where,
+            "tables": [r.as_dict() for r in results],
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        for result in results:
+            print(f"{result.table}: {result.status}: {result.details}")
+            size = render.human_bytes
+            if isinstance(result, deferred.CollectResult):
+                rows = [["pending", c.path, size(c.size_bytes)] for c in result.candidates]
+            else:
+                rows = [["deleted", f.path, size(f.size_bytes)] for f in result.deleted]
+                rows += [[f"kept: {k.reason}", k.path, k.detail] for k in result.kept]
+                rows += [["failed", f.path, f.error] for f in result.failed]
+                if result.error:
+                    print(f"  error: {result.error}")
+            if rows:
+                print(render.text_table(["status", "file", "size / why"], rows))
+        print(f"\ncandidates table: {where} (run_id {maintainer.run_id})")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
@@ -173,28 +279,7 @@ def _command(args: argparse.Namespace) -> int:
         print(json.dumps(tables) if args.json else "\n".join(tables) or "no tables found")
         return EXIT_OK
     if args.command == "status":
-        stats: list[tuple[str, TableStats | None, str | None]] = []
-        for target in _targets(maintainer, args.table):
-            if isinstance(target, TableResult):
-                stats.append((target.table, None, target.error))
-                continue
-            try:
-                stats.append((target.key, maintainer.stats(target), None))
-            except IcegateError as exc:
-                stats.append((target.key, None, str(exc)))
-        if args.json:
-            print(
-                json.dumps(
-                    [
-                        {"table": t, "stats": s.as_dict() if s else None, "error": e}
-                        for t, s, e in stats
-                    ],
-                    indent=2,
-                )
-            )
-        else:
-            print(render.status_table(stats))
-        return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
+        return _status(maintainer, args.table, args.json)
     if args.command == "migrate":
         return _migrate(maintainer, args.namespace, args.json)
     if args.command == "rollback":
@@ -202,6 +287,8 @@ def _command(args: argparse.Namespace) -> int:
         return _emit_results(
             [maintainer.rollback(ref, args.snapshot_id)], args.json, maintainer.run_id
         )
+    if args.command == "orphans" and (args.collect or args.delete_collected):
+        return _deferred_orphans(maintainer, args.table, args.delete_collected, args.json)
     if args.command == "run":
         results = _maintain(maintainer, args.table, None, args.dry_run)
     else:

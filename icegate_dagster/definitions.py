@@ -2,17 +2,35 @@
 
 import dagster as dg
 
-from icegate_dagster.assets import MAINTAINED_TABLE_CHECKS, maintained_table, maintenance_log
-from icegate_dagster.jobs import daily_maintenance, maintenance_job, migrate_job, rollback_job
+from icegate_dagster.assets import (
+    MAINTAINED_TABLE_CHECKS,
+    lakehouse_health,
+    maintained_table,
+    maintenance_log,
+)
+from icegate_dagster.jobs import (
+    collect_orphans_job,
+    daily_maintenance,
+    delete_collected_orphans_job,
+    maintenance_job,
+    migrate_job,
+    rollback_job,
+)
 from icegate_dagster.resources import LakehouseResource, SparkResource
-from icegate_dagster.sensors import iceberg_table_discovery, wal_size_sensor
+from icegate_dagster.sensors import iceberg_table_discovery, table_health_sensor, wal_size_sensor
 
 defs = dg.Definitions(
-    assets=[maintained_table, maintenance_log],
+    assets=[maintained_table, maintenance_log, lakehouse_health],
     asset_checks=MAINTAINED_TABLE_CHECKS,
-    jobs=[maintenance_job, migrate_job, rollback_job],
+    jobs=[
+        maintenance_job,
+        migrate_job,
+        rollback_job,
+        collect_orphans_job,
+        delete_collected_orphans_job,
+    ],
     schedules=[daily_maintenance],
-    sensors=[iceberg_table_discovery, wal_size_sensor],
+    sensors=[iceberg_table_discovery, wal_size_sensor, table_health_sensor],
     resources={"lakehouse": LakehouseResource(), "spark": SparkResource()},
     # All steps of a run in one process, so they share one Spark session.
     executor=dg.in_process_executor,

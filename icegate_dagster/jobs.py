@@ -1,6 +1,8 @@
-"""The maintenance job, its daily schedule, and the migrate and rollback jobs."""
+"""The maintenance job, its daily schedule, the migrate and rollback jobs, and the two
+jobs of deferred orphan deletion."""
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -151,3 +153,109 @@ def rollback_table(
 def rollback_job() -> None:
     """``icegate-maintain rollback`` as a Dagster job."""
     rollback_table()
+
+
+class OrphanTablesConfig(dg.Config):
+    """Which tables deferred orphan deletion works on."""
+
+    tables: list[str] = Field(
+        default_factory=list,
+        description="namespace.table names; empty: every discovered table",
+    )
+
+
+def _orphan_step_end(
+    context: dg.OpExecutionContext,
+    what: str,
+    metadata: dict[str, Any],
+    failed: dict[str, str],
+) -> None:
+    """Attach ``metadata`` to the step; fail it at the end, naming each failing table, when
+    any failed (every other table was done first)."""
+    if failed:
+        named = "; ".join(f"{table}: {error}" for table, error in failed.items())
+        raise dg.Failure(
+            f"{what} failed on {len(failed)} table(s): {named}",
+            metadata={**metadata, "failed_tables": dg.MetadataValue.json(sorted(failed))},
+        )
+    context.add_output_metadata(metadata)
+
+
+@dg.op(description="Record each table's orphan candidates (Iceberg's dry run); delete nothing.")
+def collect_orphans(
+    context: dg.OpExecutionContext,
+    config: OrphanTablesConfig,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
+) -> None:
+    """``orphans --collect`` over the configured tables: counts and bytes as metadata."""
+    from icegate_dagster.maintenance import deferred_orphans as deferred
+
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
+    results = deferred.collect(maintainer, config.tables)
+    for result in results:
+        log = context.log.info if result.ok else context.log.error
+        log(f"{result.table}: {result.status}: {result.details}")
+    metadata: dict[str, Any] = {
+        "candidates_table": deferred.candidates_table(maintainer.config).key,
+        "tables": len(results),
+        "candidates": sum(len(r.candidates) for r in results),
+        "candidate_bytes": sum(r.bytes for r in results),
+        "replaced": sum(r.replaced for r in results),
+        "results": dg.MetadataValue.json([r.as_dict() for r in results]),
+    }
+    failed = {r.table: r.details for r in results if not r.ok}
+    _orphan_step_end(context, "collecting orphans", metadata, failed)
+
+
+@dg.op(
+    description="Delete the collected orphan candidates that are still unreferenced, old and "
+    "unchanged (Iceberg asked again, under each table's lease); record the rest and why."
+)
+def delete_collected_orphans(
+    context: dg.OpExecutionContext,
+    config: OrphanTablesConfig,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
+) -> None:
+    """``orphans --delete-collected`` over the configured tables: counts and bytes as metadata."""
+    from icegate_dagster.maintenance import deferred_orphans as deferred
+
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
+    results = deferred.delete_collected(maintainer, config.tables)
+    for result in results:
+        log = context.log.info if result.ok else context.log.error
+        log(f"{result.table}: {result.status}: {result.details}")
+    metadata: dict[str, Any] = {
+        "candidates_table": deferred.candidates_table(maintainer.config).key,
+        "tables": len(results),
+        "orphans_removed": sum(len(r.deleted) for r in results),
+        "bytes_removed": sum(r.bytes_deleted for r in results),
+        "kept": sum(len(r.kept) for r in results),
+        "delete_failures": sum(len(r.failed) for r in results),
+        "results": dg.MetadataValue.json([r.as_dict() for r in results]),
+    }
+    failed = {r.table: r.problem for r in results if r.problem is not None}
+    _orphan_step_end(context, "deleting collected orphans", metadata, failed)
+
+
+@dg.job(
+    name="collect_orphans_job",
+    description="Record orphan candidates of the configured tables (op config `tables`; "
+    "empty: every table) for a later delete_collected_orphans_job; deletes nothing.",
+    executor_def=dg.in_process_executor,
+)
+def collect_orphans_job() -> None:
+    """``icegate-maintain orphans --collect`` as a Dagster job."""
+    collect_orphans()
+
+
+@dg.job(
+    name="delete_collected_orphans_job",
+    description="Delete the collected orphan candidates still unreferenced, old and unchanged "
+    "(op config `tables`; empty: every table); logged as remove_orphan_files.",
+    executor_def=dg.in_process_executor,
+)
+def delete_collected_orphans_job() -> None:
+    """``icegate-maintain orphans --delete-collected`` as a Dagster job."""
+    delete_collected_orphans()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from icegate_dagster.maintenance.ops import OPERATIONS
 from icegate_dagster.maintenance.results import TableResult, TableStats
+
+if TYPE_CHECKING:
+    from icegate_dagster.maintenance.table_health import TableHealth
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -64,7 +68,8 @@ def before_after(results: Sequence[TableResult]) -> str:
                 _arrow(b.data_files if b else None, a.data_files if a else None),
                 _arrow(b.data_bytes if b else None, a.data_bytes if a else None, human_bytes),
                 _arrow(b.snapshots if b else None, a.snapshots if a else None),
-                _arrow(b.rows if b else None, a.rows if a else None),
+                # Rows a reader sees ("?" where a table with delete files was not counted).
+                _arrow(b.live_rows if b else None, a.live_rows if a else None),
                 *(str(output_sum(r, key)) for key in sums),
                 f"{r.duration_s:.1f}s",
                 state,
@@ -88,26 +93,51 @@ def op_lines(results: Sequence[TableResult]) -> str:
     return "\n".join(lines)
 
 
-def status_table(stats: Sequence[tuple[str, TableStats | None, str | None]]) -> str:
-    """Current state of each table."""
+#: Due operations as the ``status`` text table names them (``--json`` has the full names).
+SHORT_OPERATION_NAMES: Mapping[str, str] = {
+    "wal_compaction": "wal",
+    "optimize": "optimize",
+    "rewrite_position_delete_files": "pos-deletes",
+    "rewrite_manifests": "manifests",
+    "expire_snapshots": "expire",
+}
+
+
+def status_table(
+    stats: Sequence[tuple[str, TableStats | None, str | None]],
+    health: Mapping[str, TableHealth] | None = None,
+) -> str:
+    """Current state of each table; with ``health`` (by table), its score and due operations."""
+    health = health or {}
     rows: list[list[object]] = []
     for name, s, error in stats:
+        h = health.get(name)
+        score = f"{h.score:g}" if h is not None else "-"
+        due = (
+            ", ".join(SHORT_OPERATION_NAMES.get(op, op) for op in h.due_operations) or "-"
+            if h is not None
+            else "-"
+        )
         if s is None:
-            rows.append([name, "-", "-", "-", "-", "-", "-", f"error: {error}"])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", score, due, f"error: {error}"])
             continue
         rows.append(
             [
                 name,
                 s.data_files,
                 s.small_files,
+                s.delete_files,
                 human_bytes(s.data_bytes),
                 s.snapshots,
                 s.manifests,
                 s.rows,
-                "",
+                score,
+                due,
+                f"error: {error}" if error else "",
             ]
         )
-    headers = ["table", "data files", "small", "bytes", "snapshots", "manifests", "rows", ""]
+    headers = ["table", "data files", "small", "deletes", "bytes", "snapshots", "manifests"]
+    headers += ["rows", "score", "due", ""]
     return text_table(headers, rows)
 
 

@@ -1,4 +1,4 @@
-"""Sensors: table discovery and WAL size, both on metadata only (never a JVM)."""
+"""Sensors: table discovery, WAL size and table health, all on metadata only (never a JVM)."""
 
 import hashlib
 from datetime import UTC, datetime, timedelta
@@ -6,6 +6,13 @@ from typing import Any
 
 import dagster as dg
 
+from icegate_dagster.assets.lakehouse_health import (
+    ASSESS_SECONDS,
+    LAKEHOUSE_HEALTH,
+    describe,
+    evaluate_health_trigger,
+    lakehouse_health_metadata,
+)
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE, operations_run_config
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import IcegateError
@@ -14,6 +21,14 @@ from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_stats
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.runs import (
+    HEALTH_SENSOR,
+    STATE_TAG,
+    TABLE_TAG,
+    TRIGGER_TAG,
+    UNFINISHED,
+    unfinished_run_targets,
+)
 
 
 def partition_changes(discovered: list[str], current: list[str]) -> tuple[list[str], list[str]]:
@@ -74,9 +89,6 @@ def iceberg_table_discovery(
     return dg.SensorResult(dynamic_partitions_requests=requests)
 
 
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
-PARTITION_TAG = "dagster/partition"
 #: Backfill statuses (``BulkActionStatus`` values) that may still launch runs.
 UNFINISHED_BACKFILLS = {"REQUESTED", "CANCELING", "FAILING"}
 
@@ -110,38 +122,6 @@ def still_targeted(
         for key in sorted(targeted):
             deferred.setdefault(key, f"backfill {backfill.backfill_id} is {status.lower()}")
     return deferred
-
-
-def unfinished_run_targets(
-    instance: dg.DagsterInstance, current: list[str], *, wal_only: bool = False
-) -> dict[str, str]:
-    """Every partition an unfinished run names (``dagster/partition``, or a range over the
-    partitions' stored order ``current``), with the first such run's id and status.
-
-    ``wal_only`` keeps only runs that will run ``wal_compaction`` (a full pass does; a run
-    limited to other operations does not).
-    """
-    position = {key: i for i, key in enumerate(current)}
-    targets: dict[str, str] = {}
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED)):
-        if wal_only and not _runs_wal_compaction(run.run_config):
-            continue
-        tags = run.tags
-        start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
-        named = {tags.get(PARTITION_TAG), start, end}
-        if start in position and end in position:
-            named |= set(current[position[start] : position[end] + 1])
-        for key in sorted(k for k in named if k is not None):
-            targets.setdefault(key, f"run {run.run_id} is {run.status.value.lower()}")
-    return targets
-
-
-def _runs_wal_compaction(run_config: Any) -> bool:
-    try:
-        operations = run_config["ops"]["maintained_table"]["ops"]["plan"]["config"]["operations"]
-    except (KeyError, TypeError):
-        return True  # the full pass
-    return operations is None or "wal_compaction" in operations
 
 
 #: After a second failed WAL run of a backlog, the next attempt waits this long, doubling
@@ -178,13 +158,6 @@ def wal_backlogs(config: IcegateConfig, tables: list[str]) -> dict[str, tuple[Wa
     return backlogs
 
 
-#: Runs that have not finished: while one exists for a backlog, no other is requested.
-UNFINISHED = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 BACKLOG_TAG = "icegate/wal_backlog"
 
 
@@ -281,3 +254,99 @@ def wal_size_sensor(
             reasons.append("backing off after failed runs: " + "; ".join(waiting_out))
         return dg.SkipReason("; ".join(reasons))
     return dg.SensorResult(run_requests=requests)
+
+
+@dg.sensor(
+    name=HEALTH_SENSOR,
+    job=maintenance_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Assesses every table's health from its metadata (no JVM) and requests runs of the "
+        "tables with due operations, doing exactly those, neediest first within "
+        "maintain.trigger's budget; never a table with a run in flight, none more often than "
+        "its health.min_interval, backing off tables whose runs keep failing. Records "
+        "lakehouse_health at each evaluation."
+    ),
+)
+def table_health_sensor(
+    context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
+) -> dg.SensorResult | dg.SkipReason:
+    """One run per selected table; a ``lakehouse_health`` materialization every evaluation.
+
+    The runs carry ``icegate/trigger=table_health_sensor``, ``icegate/table`` and
+    ``icegate/table_state``; the ``run_key`` is the table, its state and the attempt on
+    that state, so ticks during one attempt request the same key (Dagster launches no
+    duplicate) while a failed attempt is followed by a new one (after its back-off).
+    The cursor is the table the next evaluation starts at when one ran out of time.
+    """
+    tables = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
+    if not tables:
+        return dg.SkipReason(
+            "no tables are partitions of maintained_table yet: "
+            "turn on the iceberg_table_discovery sensor"
+        )
+    evaluation = evaluate_health_trigger(
+        context.instance,
+        lakehouse,
+        tables,
+        datetime.now(UTC),
+        resume_at=context.cursor,
+        seconds=ASSESS_SECONDS,
+    )
+    selection = evaluation.selection
+    report = evaluation.report(lakehouse.config().defaults.health.min_score)
+    for key, error in sorted(evaluation.errors.items()):
+        context.log.warning(f"{key}: cannot assess its health, skipped: {error}")
+    if evaluation.resume_at is not None:
+        context.log.warning(
+            f"assessed {report.assessed} of {report.tables} tables in {ASSESS_SECONDS:g} s; "
+            f"the next evaluation resumes at {evaluation.resume_at}"
+        )
+    backing_off = selection.skipped_as("backoff")
+    if backing_off:
+        context.log.warning(
+            "backing off tables whose runs keep failing: "
+            + "; ".join(f"{s.table} ({s.reason})" for s in backing_off)
+        )
+    requests = []
+    for request in selection.requested:
+        state = evaluation.states[request.table]
+        attempt = evaluation.attempts.get(request.table, 0)
+        context.log.info(
+            f"{request.table}: need {request.need}, requesting {', '.join(request.operations)}"
+            + (f" (attempt {attempt + 1} on this state)" if attempt else "")
+            + ": "
+            + "; ".join(request.reasons)
+        )
+        requests.append(
+            dg.RunRequest(
+                run_key=f"health:{request.table}:{state}:{attempt}",
+                partition_key=request.table,
+                run_config=operations_run_config(list(request.operations)),
+                tags={
+                    TRIGGER_TAG: HEALTH_SENSOR,
+                    TABLE_TAG: request.table,
+                    STATE_TAG: state,
+                    "icegate/need": f"{request.need:g}",
+                },
+            )
+        )
+    event = dg.AssetMaterialization(
+        asset_key=LAKEHOUSE_HEALTH,
+        description=describe(report),
+        metadata=lakehouse_health_metadata(report),
+    )
+    skip = None
+    if not requests:
+        skip = selection.summary()
+        if evaluation.errors:
+            skip += f"; {len(evaluation.errors)} tables could not be assessed: " + _some(
+                sorted(evaluation.errors)
+            )
+    return dg.SensorResult(
+        run_requests=requests,
+        skip_reason=skip,
+        asset_events=[event],
+        cursor=evaluation.resume_at,
+    )

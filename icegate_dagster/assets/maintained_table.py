@@ -13,6 +13,7 @@ run to some steps (the WAL sensor runs ``wal_compaction`` only).
 import time
 import warnings
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -20,10 +21,24 @@ from pydantic import Field
 
 from icegate_dagster import render
 from icegate_dagster.catalog import scrub
-from icegate_dagster.maintenance import OPERATIONS, OpResult, TableRef, TableResult, TableStats
-from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance import (
+    OPERATIONS,
+    Maintainer,
+    OpResult,
+    TableRef,
+    TableResult,
+    TableStats,
+)
+from icegate_dagster.maintenance.health import (
+    CHECK_NAMES,
+    CheckOutcome,
+    evaluate_health,
+    health_score_check,
+)
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
+from icegate_dagster.maintenance.table_health import TableHealth, assess_table, thresholds_for
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
@@ -110,7 +125,8 @@ def plan(
             continue
         context.log.info(
             f"{key}: {before.data_files} data files ({before.small_files} small), "
-            f"{before.snapshots} snapshots, {before.rows} rows"
+            f"{before.snapshots} snapshots, {before.rows} rows in data files, "
+            f"{before.delete_files} delete files"
         )
         tables.append(TableRun(key, ref, before, started))
     if operations != known:
@@ -160,12 +176,16 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
     return step
 
 
-def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
-    """The contract's metadata for one partition's materialization."""
+def partition_metadata(
+    result: TableResult, wal: WalStats, health: TableHealth | None = None
+) -> dict[str, Any]:
+    """The contract's metadata for one partition's materialization (with the table's
+    health after the pass, where it was assessed)."""
     before, after = result.before, result.after
 
     def number(stats: TableStats | None, name: str) -> int | None:
-        return int(getattr(stats, name)) if stats is not None else None
+        value = getattr(stats, name) if stats is not None else None
+        return int(value) if value is not None else None
 
     metadata: dict[str, Any] = {
         "files_before": number(before, "data_files"),
@@ -174,8 +194,14 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         "bytes_after": number(after, "data_bytes"),
         "snapshots_before": number(before, "snapshots"),
         "snapshots_after": number(after, "snapshots"),
-        "rows_before": number(before, "rows"),
-        "rows_after": number(after, "rows"),
+        # Live rows (what a reader sees); absent where a table with delete files saw no
+        # commit (not counted: see rows_preserved). Records in data files apart.
+        "rows_before": number(before, "live_rows"),
+        "rows_after": number(after, "live_rows"),
+        "records_before": number(before, "rows"),
+        "records_after": number(after, "rows"),
+        "delete_files_before": number(before, "delete_files"),
+        "delete_files_after": number(after, "delete_files"),
         "small_files_after": number(after, "small_files"),
         **{key: render.output_sum(result, key) for key in OPERATIONS.metadata_sums()},
         "wal_files_count": wal.files,
@@ -184,6 +210,12 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         "duration_s": round(result.duration_s, 3),
         "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
     }
+    if health is not None:
+        # A float, so the Plots tab draws each table's score over its runs.
+        metadata["health_score"] = dg.MetadataValue.float(float(health.score))
+        metadata["due_operations"] = dg.MetadataValue.text(
+            ", ".join(health.due_operations) or "none"
+        )
     metadata = {k: v for k, v in metadata.items() if v is not None}
     for op in result.ops:
         metadata[f"{op.operation}_status"] = op.status
@@ -222,7 +254,7 @@ def record(
     spark: SparkResource,
     batch: MaintenanceBatch,
 ) -> None:
-    """Finish the asset: one materialization and five check evaluations per table."""
+    """Finish the asset: one materialization and one evaluation of each check per table."""
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     config = lakehouse.config()
     results = [table.result() for table in batch.tables]
@@ -247,7 +279,11 @@ def record(
                 else outcome
                 for outcome in outcomes
             ]
-        metadata = partition_metadata(result, wal)
+        health, health_check = _health_after(maintainer, table, wal if wal_error is None else None)
+        outcomes.append(health_check)
+        metadata = partition_metadata(result, wal, health)
+        if health is None:
+            metadata["health_error"] = health_check.description
         if wal_error is not None:
             for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
                 metadata.pop(name, None)  # unknown, not zero
@@ -260,7 +296,29 @@ def record(
         for outcome in outcomes:
             context.log_event(check_event(outcome, table.key))
         state = "ok" if result.ok else "FAILED"
-        context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s")
+        score = f"; health score {health.score:.1f}" if health is not None else ""
+        context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s{score}")
+
+
+def _health_after(
+    maintainer: Maintainer, table: TableRun, wal: WalStats | None
+) -> tuple[TableHealth | None, CheckOutcome]:
+    """The table's health after its pass (pyiceberg, no JVM) and its ``healthy`` verdict;
+    a table that cannot be assessed fails that check alone."""
+    if table.ref is None:
+        return None, health_score_check(None, 0.0, f"{table.key} could not be resolved")
+    settings = maintainer.settings(table.ref)
+    min_score = settings.health.min_score
+    try:
+        iceberg = maintainer.load(table.ref)
+        min_score = thresholds_for(settings, iceberg.properties).min_score
+        health = assess_table(iceberg, table.key, settings, datetime.now(UTC), wal)
+    except Exception as exc:  # this check fails; the table's other checks stand
+        error = describe_error(exc, lambda text: scrub(text, maintainer.config))
+        return None, health_score_check(
+            None, min_score, f"cannot assess the health of {table.key}: {error}"
+        )
+    return health, health_score_check(health, min_score)
 
 
 def build_maintained_table() -> dg.AssetsDefinition:

@@ -157,6 +157,15 @@ class OptimizeSettings(_Settings):
     #: ``max-file-group-size-bytes`` of the rewrite: smaller groups are written in
     #: parallel (one task each) and give more, smaller files; unset: Iceberg's 100 GB.
     max_file_group_size: Size | None = None
+    #: Iceberg's ``delete-file-threshold``: a data file with at least this many delete
+    #: files (position, equality or a deletion vector) is rewritten, its deletes applied,
+    #: whatever its size. 1 (any delete file; Iceberg's own default is never) because
+    #: every read pays for every delete file until a rewrite applies it.
+    delete_file_threshold: int = Field(default=1, ge=1)
+    #: Iceberg's ``delete-ratio-threshold``: a data file whose deleted rows reach this
+    #: share of its rows is rewritten, its deletes applied (Iceberg counts the rows of
+    #: deletes scoped to that one file: deletion vectors, Spark's position deletes).
+    delete_ratio_threshold: float = Field(default=0.3, gt=0, le=1)
 
     @field_validator("sort_order")
     @classmethod
@@ -169,6 +178,49 @@ class ExpireSnapshotsSettings(_Settings):
 
     retention_threshold: Duration = timedelta(days=7)
     retain_last: int = Field(default=1, ge=1)
+    #: Also drop partition specs and schemas no remaining snapshot uses (Iceberg's
+    #: ``clean_expired_metadata``), so ``metadata.json`` stops growing with evolution.
+    clean_expired_metadata: bool = True
+
+
+class RewritePositionDeletesSettings(_Settings):
+    """Position delete files compacted, and the dangling ones (their data gone) dropped
+    (``rewrite_position_delete_files``)."""
+
+    #: A partition's position delete files are rewritten together once it has this many
+    #: (Iceberg's ``min-input-files``; a group needs two at least). Any dangling delete
+    #: file makes every one rewritten (``rewrite-all``), since rewriting drops the rows of
+    #: data files that are gone.
+    min_input_files: int = Field(default=2, ge=2)
+
+
+class TableStatsSettings(_Settings):
+    """Opt-in Puffin statistics (NDV sketches) for engines' cost-based planning."""
+
+    enabled: bool = False
+    #: Columns to sketch (checked against each table's schema when it runs); unset: every
+    #: top-level column of a primitive type.
+    columns: tuple[str, ...] | None = None
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _column_list(cls, value: object) -> object:
+        if isinstance(value, str):  # a YAML scalar: say what is expected, not "tuple"
+            raise ValueError("must be a list of column names, e.g. [service, tenant_id]")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _named_columns(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must name at least one column (leave it unset for every column)")
+        if any(not name.strip() for name in value):
+            raise ValueError("a column name cannot be empty")
+        if len(set(value)) != len(value):
+            raise ValueError("names a column twice")
+        return value
 
 
 class RemoveOrphanFilesSettings(_Settings):
@@ -194,6 +246,39 @@ class HealthCheckSettings(_Settings):
     max_snapshots: int = Field(default=100, ge=1)
     max_wal_files: int = Field(default=1000, ge=1)
     max_wal_bytes: Size = 10 * 1024**3
+
+
+class HealthSettings(_Settings):
+    """When a table counts as unhealthy and which operations become due (``maintain.health``;
+    a table's own ``icegate.health.<key>`` properties override these)."""
+
+    #: Small files in one partition at which ``optimize`` becomes due (Amoro's minor
+    #: optimizing triggers at 12 fragment files).
+    small_files: int = Field(default=12, ge=2)
+    #: Delete files (position, equality, deletion vectors) at which delete work is due.
+    delete_files: int = Field(default=1, ge=1)
+    #: Manifests at which ``rewrite_manifests`` is due.
+    manifests: int = Field(default=100, ge=2)
+    #: Small manifests (under 3/4 of ``commit.manifest.target-size-bytes``) at which
+    #: ``rewrite_manifests`` is due: planning reads each one, and merging them is cheap.
+    small_manifests: int = Field(default=50, ge=2)
+    #: A partition's health check fails below this score (0-100).
+    min_score: float = Field(default=50.0, ge=0, le=100)
+    #: The health trigger maintains a table at most once per this interval.
+    min_interval: Duration = timedelta(minutes=2)
+
+
+class TriggerSettings(_Settings):
+    """The health trigger's budget per evaluation, and its back-off (``maintain.trigger``)."""
+
+    #: Tables requested per evaluation, neediest first; the rest wait for the next one.
+    max_tables: int = Field(default=10, ge=1)
+    #: Bytes to rewrite requested per evaluation (the first table always fits).
+    max_bytes: Size = 100 * 1024**3
+    #: After a table's second failed run in a row its next one waits this long, doubling...
+    backoff: Duration = timedelta(minutes=1)
+    #: ...up to this.
+    backoff_max: Duration = timedelta(hours=1)
 
 
 class LockSettings(_Settings):
@@ -232,6 +317,9 @@ class TableSettings(_Settings):
     expire_snapshots: ExpireSnapshotsSettings = ExpireSnapshotsSettings()
     remove_orphan_files: RemoveOrphanFilesSettings = RemoveOrphanFilesSettings()
     checks: HealthCheckSettings = HealthCheckSettings()
+    health: HealthSettings = HealthSettings()
+    rewrite_position_delete_files: RewritePositionDeletesSettings = RewritePositionDeletesSettings()
+    compute_table_stats: TableStatsSettings = TableStatsSettings()
     #: Only tables with a rule (``maintain.retention`` or ``maintain.tables``) have one.
     retention: RetentionSettings | None = None
 
@@ -317,6 +405,8 @@ class IcegateConfig(_Settings):
     parallel_tables: int = DEFAULT_PARALLEL_TABLES
     #: The lease store (``maintain.locks``).
     locks: LockSettings = LockSettings()
+    #: The health trigger's budget and back-off (``maintain.trigger``).
+    trigger: TriggerSettings = TriggerSettings()
     #: The lease store when neither ``maintain.locks.uri`` nor a SQL catalog names one.
     locks_fallback_uri: str | None = None
     #: Every value a ``${VAR}`` put into the catalog block, ``spark.conf``, ``wal.root`` or
@@ -383,6 +473,7 @@ _FILE_KEYS: dict[tuple[str | int, ...], str] = {
     ("lock_wait",): "maintain.lock_wait",
     ("parallel_tables",): "maintain.parallel_tables",
     ("locks",): "maintain.locks",
+    ("trigger",): "maintain.trigger",
     ("defaults",): "maintain",
     ("table_overrides",): "maintain.tables",
 }

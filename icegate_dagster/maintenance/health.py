@@ -1,15 +1,25 @@
-"""Health of a table after a pass: the five asset checks, evaluated without Dagster."""
+"""Health of a table after a pass: its asset checks, evaluated without Dagster."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import TableSettings
 from icegate_dagster.maintenance.results import TableResult
 from icegate_dagster.maintenance.wal import WalStats
 
-CHECK_NAMES = ("rows_preserved", "small_files", "snapshot_count", "wal_backlog", "ops_succeeded")
+if TYPE_CHECKING:
+    from icegate_dagster.maintenance.table_health import TableHealth
+
+CHECK_NAMES = (
+    "rows_preserved",
+    "small_files",
+    "snapshot_count",
+    "wal_backlog",
+    "ops_succeeded",
+    "healthy",
+)
 
 
 @dataclass(frozen=True)
@@ -22,28 +32,60 @@ class CheckOutcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+def _rows_preserved(result: TableResult) -> CheckOutcome:
+    """Live rows (what a reader sees) may change only by what the pass itself added (WAL)
+    or removed (TTL): applying delete files changes the records in data files, not these.
+    Live rows are exact from metadata without delete files; with them, Spark counted them
+    at the snapshots before and after (see ``Maintainer.count_live_rows``)."""
+    before, after = result.before, result.after
+    added = sum(int(op.output.get("rows_added", 0)) for op in result.ops)
+    removed = sum(int(op.output.get("rows_deleted", 0)) for op in result.ops)
+    if before is None or after is None:
+        return CheckOutcome("rows_preserved", False, "the table could not be read")
+    live_before, live_after = before.live_rows, after.live_rows
+    if live_before is not None and live_after is not None:
+        expected = live_before + added - removed
+        return CheckOutcome(
+            "rows_preserved",
+            live_after == expected,
+            f"{live_before} rows before, {live_after} after (expected {expected})",
+            {"rows_before": live_before, "rows_after": live_after, "rows_expected": expected},
+        )
+    if before.snapshot_id == after.snapshot_id and added == removed:
+        # Nothing was committed: the rows are the ones there were, and no JVM was started
+        # just to count them on a table with delete files.
+        return CheckOutcome(
+            "rows_preserved",
+            True,
+            f"nothing committed: the rows are unchanged ({after.rows} records in data files, "
+            f"{after.delete_files} delete files; live rows not counted)",
+            {"records_after": after.rows, "delete_files_after": after.delete_files},
+        )
+    error = next(
+        (
+            op.output["live_rows_error"]
+            for op in reversed(result.ops)
+            if "live_rows_error" in op.output
+        ),
+        None,
+    )
+    return CheckOutcome(
+        "rows_preserved",
+        False,
+        "the table has delete files and its live rows could not be counted"
+        + (f": {error}" if error else " at the snapshots before and after the pass"),
+        {"records_before": before.rows, "records_after": after.rows},
+    )
+
+
 def evaluate_health(
     result: TableResult, settings: TableSettings, wal: WalStats
 ) -> list[CheckOutcome]:
     """Evaluate every check on the outcome of one table's pass."""
-    before, after = result.before, result.after
+    after = result.after
     checks: list[CheckOutcome] = []
 
-    # Rows may change only by what the pass itself added (WAL) or removed (TTL).
-    added = sum(int(op.output.get("rows_added", 0)) for op in result.ops)
-    removed = sum(int(op.output.get("rows_deleted", 0)) for op in result.ops)
-    if before is None or after is None:
-        checks.append(CheckOutcome("rows_preserved", False, "the table could not be read"))
-    else:
-        expected = before.rows + added - removed
-        checks.append(
-            CheckOutcome(
-                "rows_preserved",
-                after.rows == expected,
-                f"{before.rows} rows before, {after.rows} after (expected {expected})",
-                {"rows_before": before.rows, "rows_after": after.rows, "rows_expected": expected},
-            )
-        )
+    checks.append(_rows_preserved(result))
 
     if after is None:
         checks.append(CheckOutcome("small_files", False, "the table could not be read"))
@@ -103,3 +145,26 @@ def evaluate_health(
         )
     )
     return checks
+
+
+def health_score_check(
+    health: TableHealth | None, min_score: float, error: str | None = None
+) -> CheckOutcome:
+    """The ``healthy`` check: the table's health score after the pass is at least its
+    ``health.min_score``; a table that could not be assessed fails it with the error."""
+    if health is None:
+        why = error or "the table could not be assessed"
+        return CheckOutcome("healthy", False, why, {"error": why, "min_score": min_score})
+    due = [f"{d.operation}: {d.reason}" for d in health.due]
+    return CheckOutcome(
+        "healthy",
+        health.score >= min_score,
+        f"score {health.score:.1f} (fails below {min_score:g}); "
+        + (f"still due: {'; '.join(due)}" if due else "nothing due"),
+        {
+            "health_score": float(health.score),
+            "min_score": float(min_score),
+            "penalties": {k: round(float(v), 1) for k, v in health.penalties.items()},
+            "due_operations": list(health.due_operations),
+        },
+    )

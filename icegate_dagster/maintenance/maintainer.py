@@ -8,6 +8,7 @@ use pyiceberg; the work itself runs on Spark, which starts only when an operatio
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -87,6 +88,9 @@ class Maintainer:
         self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
         self._stats = StatsCache()
+        #: Live rows counted by Spark, per (table, snapshot id): see :meth:`count_live_rows`.
+        self._live_rows: dict[tuple[str, int], int] = {}
+        self._live_lock = threading.Lock()
         self._locations = TableLocations(lambda: self.catalog, self._scrub)
         self.leasing = TableLeasing(
             config,
@@ -146,7 +150,49 @@ class Maintainer:
         """Files, bytes, small files, snapshots, rows and manifests of a table."""
         table = table if table is not None else self.load(ref)
         rule = self.settings(ref).optimize
-        return self._stats.get(ref.key, table, rule.file_size_threshold, rule.min_input_files)
+        return self._stats.get(
+            ref.key,
+            table,
+            rule.file_size_threshold,
+            rule.min_input_files,
+            delete_file_threshold=rule.delete_file_threshold,
+            delete_ratio_threshold=rule.delete_ratio_threshold,
+        )
+
+    def count_live_rows(self, ref: TableRef, stats: TableStats) -> TableStats:
+        """``stats`` with the rows a reader sees, counted by Spark at ``stats.snapshot_id``
+        (``count(*) ... VERSION AS OF``, deletes applied) where metadata cannot tell:
+        only a table with delete files needs it. Counted once per snapshot."""
+        if stats.live_rows is not None or stats.snapshot_id is None:
+            return stats
+        key = (ref.key, stats.snapshot_id)
+        with self._live_lock:
+            counted = self._live_rows.get(key)
+        if counted is None:
+            name = ref.spark_identifier(self.config.catalog.name)
+            sql = f"SELECT count(*) FROM {name} VERSION AS OF {int(stats.snapshot_id)}"
+            counted = int(self.spark.sql(sql).collect()[0][0])
+            with self._live_lock:
+                self._live_rows[key] = counted
+        return stats.with_live_rows(counted)
+
+    def _live_rows_around(
+        self, ref: TableRef, before: TableStats, after: TableStats, outcome: Outcome
+    ) -> tuple[TableStats, TableStats]:
+        """Live rows before and after an operation that ran, for ``rows_preserved``:
+        counted only where a table has delete files, and only when a commit happened or
+        Spark is already up (a pass that changed nothing starts no JVM to count). The
+        snapshot before is counted now, while no expiry can have removed it yet."""
+        changed = before.snapshot_id != after.snapshot_id
+        unknown = before.live_rows is None or after.live_rows is None
+        if not unknown or not (changed or self._spark is not None):
+            return before, after
+        try:
+            before = self.count_live_rows(ref, before)
+            after = self.count_live_rows(ref, after)
+        except Exception as exc:  # the op's own outcome stands; rows_preserved says why
+            outcome.output["live_rows_error"] = describe_error(exc, self._scrub)
+        return before, after
 
     def run_op(
         self,
@@ -169,6 +215,7 @@ class Maintainer:
         started = time.monotonic()
         before: TableStats | None = None
         after: TableStats | None = None
+        ran = False
         try:
             table = table if table is not None else self.load(ref)
             before = self.stats(ref, table)
@@ -177,6 +224,7 @@ class Maintainer:
             if skipped is not None:
                 outcome, after = skipped, before
             else:
+                ran = True
                 with self.leasing.hold(ref.key, leased=not dry_run) as held:
                     table = self.load(ref)  # as it is now that the table is ours
                     before = self.stats(ref, table)
@@ -188,6 +236,8 @@ class Maintainer:
             after = after or (self.stats(ref) if before is not None else None)
         except Exception:
             after = None
+        if before is not None and after is not None and ran and not dry_run:
+            before, after = self._live_rows_around(ref, before, after, outcome)
         # Outcomes name paths and URIs (wal.root, locations) that may hold a secret.
         outcome.details = self._scrub(outcome.details)
         return OpResult.of(ref.key, op.name, outcome, (before, after), time.monotonic() - started)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -35,20 +35,54 @@ class Outcome:
 
 @dataclass(frozen=True)
 class TableStats:
-    """What a table's current metadata says, read by pyiceberg without a JVM."""
+    """What a table's current metadata says, read by pyiceberg without a JVM.
+
+    ``rows`` is the data files' record count: rows removed by delete files still count
+    until a rewrite applies the deletes. :attr:`live_rows` is what a reader sees.
+    """
 
     data_files: int
     data_bytes: int
     small_files: int
+    #: Every delete file: position, equality and deletion vectors.
     delete_files: int
     snapshots: int
     rows: int
     manifests: int
     compactable_files: int = 0
+    #: The current snapshot these figures describe (``None``: the table has none).
+    snapshot_id: int | None = None
+    #: Position delete files other than deletion vectors (Parquet/Avro/ORC).
+    position_delete_files: int = 0
+    #: Deletion vectors (format v3, blobs in Puffin files), one per data file.
+    deletion_vectors: int = 0
+    equality_delete_files: int = 0
+    #: Position delete files (deletion vectors aside) that can apply to no data file left
+    #: in the snapshot (they delete nothing, yet every reader still opens them).
+    dangling_delete_files: int = 0
+    #: The most position delete files (deletion vectors aside) any one partition holds.
+    max_partition_position_deletes: int = 0
+    #: Data files ``optimize`` would rewrite to apply their deletes (Iceberg's
+    #: ``delete-file-threshold``/``delete-ratio-threshold``); each live delete file whose
+    #: data file the metadata does not name counts as one (it may apply to any).
+    delete_rewrite_files: int = 0
+    #: Rows a reader sees, counted by Spark (``count(*)`` at :attr:`snapshot_id`) for a
+    #: table with delete files; ``None`` until counted. See :attr:`live_rows`.
+    counted_live_rows: int | None = None
 
-    def as_dict(self) -> dict[str, int]:
+    @property
+    def live_rows(self) -> int | None:
+        """Rows a reader sees: ``rows`` when there are no delete files (exact from
+        metadata), else the Spark count, ``None`` when nobody counted them."""
+        return self.rows if self.delete_files == 0 else self.counted_live_rows
+
+    def with_live_rows(self, count: int) -> TableStats:
+        """These figures with the live rows counted at :attr:`snapshot_id`."""
+        return replace(self, counted_live_rows=count)
+
+    def as_dict(self) -> dict[str, int | None]:
         """Plain dict, for JSON output and metadata."""
-        return asdict(self)
+        return {**asdict(self), "live_rows": self.live_rows}
 
 
 @dataclass
@@ -110,6 +144,21 @@ class OpResult:
         }
 
 
+def _counted(stats: TableStats | None, ops: Sequence[OpResult]) -> TableStats | None:
+    """``stats`` with the live rows any of ``ops`` counted at the same snapshot."""
+    if stats is None or stats.live_rows is not None or stats.snapshot_id is None:
+        return stats
+    for op in ops:
+        for seen in (op.before, op.after):
+            if (
+                seen is not None
+                and seen.snapshot_id == stats.snapshot_id
+                and seen.live_rows is not None
+            ):
+                return stats.with_live_rows(seen.live_rows)
+    return stats
+
+
 @dataclass
 class TableResult:
     """Every operation run on one table in one pass, with the table's state around them."""
@@ -130,9 +179,19 @@ class TableResult:
         duration_s: float,
         error: str | None = None,
     ) -> TableResult:
-        """A table's result; its state after is the last operation's that could be read."""
+        """A table's result; its state after is the last operation's that could be read.
+
+        Live rows counted by an operation (see ``Maintainer.run_op``) are carried over to
+        the table's state before and after where they describe the same snapshot."""
         after = next((op.after for op in reversed(ops) if op.after is not None), before)
-        return cls(table, before, after, list(ops), duration_s, error)
+        return cls(
+            table,
+            _counted(before, ops),
+            _counted(after, ops),
+            list(ops),
+            duration_s,
+            error,
+        )
 
     @classmethod
     def failed(

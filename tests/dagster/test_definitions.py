@@ -19,12 +19,16 @@ def test_definitions_load_with_contract_names() -> None:
     assert dg.Definitions.validate_loadable(defs) is None
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert keys == {"maintained_table", "maintenance_log"}
+    assert keys == {"maintained_table", "maintenance_log", "lakehouse_health"}
     assert graph.get(dg.AssetKey("maintained_table")).partitions_def == iceberg_tables
     assert iceberg_tables.name == "iceberg_tables"
     assert defs.resolve_job_def("maintenance_job") is not None
     assert defs.resolve_sensor_def("iceberg_table_discovery") is not None
     assert defs.resolve_sensor_def("wal_size_sensor") is not None
+    health_sensor = defs.resolve_sensor_def("table_health_sensor")
+    assert health_sensor.job_name == "maintenance_job"
+    assert health_sensor.minimum_interval_seconds == 30
+    assert health_sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_job_def("migrate_job") is not None
     check_names = {key.name for key in graph.asset_check_keys}
     assert check_names == {
@@ -33,10 +37,14 @@ def test_definitions_load_with_contract_names() -> None:
         "snapshot_count",
         "wal_backlog",
         "ops_succeeded",
+        "healthy",
     }
     # Lineage: the log is downstream of the maintained tables.
     parents = graph.get(dg.AssetKey("maintenance_log")).parent_keys
     assert parents == {dg.AssetKey("maintained_table")}
+    health = graph.get(dg.AssetKey("lakehouse_health"))
+    assert health.parent_keys == {dg.AssetKey("maintained_table")}
+    assert health.group_name == "iceberg_maintenance" and health.partitions_def is None
 
 
 def test_maintenance_steps_are_visible_and_pooled() -> None:

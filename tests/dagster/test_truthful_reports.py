@@ -97,7 +97,13 @@ def test_dropped_table_in_a_batch_logs_a_failed_row_per_operation(
     )
     assert gone == sorted(
         (op, "failed")
-        for op in ("optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")
+        for op in (
+            "optimize",
+            "rewrite_position_delete_files",
+            "rewrite_manifests",
+            "expire_snapshots",
+            "remove_orphan_files",
+        )
     )
     assert all(
         "does not exist" in r["details"] for r in rows if r["table_name"] == "lakehouse.gone"

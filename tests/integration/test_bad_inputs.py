@@ -32,7 +32,13 @@ HEALTHY = "lakehouse.healthy"
 #: With two appends per table, two small files per partition are enough to rewrite.
 RULES: dict[str, Any] = {"optimize": {"min_input_files": 2}}
 #: The full pass of a lakehouse without ``wal.root`` or TTL rules.
-PASS = ["optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files"]
+PASS = [
+    "optimize",
+    "rewrite_position_delete_files",
+    "rewrite_manifests",
+    "expire_snapshots",
+    "remove_orphan_files",
+]
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -339,14 +345,12 @@ def _one_file_intact(lh: Lakehouse, report: dict[str, Any]) -> None:
 
 
 #: A table that cannot be read: each operation of its pass fails, and is logged so (rule 1).
-ALL_FAILED = dict.fromkeys(
-    ("optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files"), "failed"
-)
+ALL_FAILED = dict.fromkeys(PASS, "failed")
 
 
 def _failures_logged(lh: Lakehouse, report: dict[str, Any]) -> None:
     rows = [r for r in lh.log_rows() if r["table_name"] == "lakehouse.broken"]
-    assert len(rows) == 4 and {r["status"] for r in rows} == {"failed"}
+    assert len(rows) == len(PASS) and {r["status"] for r in rows} == {"failed"}
     assert all("cannot read its metadata" in r["details"] for r in rows)
 
 
@@ -400,6 +404,7 @@ TABLE_CASES = [
             culprit="lakehouse.broken",
             statuses={
                 "optimize": "failed",
+                "rewrite_position_delete_files": "skipped",  # it has no delete files
                 "rewrite_manifests": "completed",
                 "expire_snapshots": "skipped",  # nothing is 7 days old
                 "remove_orphan_files": "skipped",

@@ -42,8 +42,8 @@ def test_missing_data_file_fails_alone(
     failed = [r for r in log if r["status"] == "failed"]
     assert [(r["table_name"], r["operation"]) for r in failed] == [("lakehouse.broken", "optimize")]
     assert lost.name in failed[0]["details"]
-    assert len([r for r in log if r["table_name"] == "lakehouse.broken"]) == 4
-    assert len([r for r in log if r["table_name"] == "lakehouse.healthy"]) == 4
+    assert len([r for r in log if r["table_name"] == "lakehouse.broken"]) == 5
+    assert len([r for r in log if r["table_name"] == "lakehouse.healthy"]) == 5
 
 
 def test_second_pass_changes_nothing_but_appends_log_rows(
@@ -67,7 +67,7 @@ def test_second_pass_changes_nothing_but_appends_log_rows(
     assert (table.metadata.current_snapshot_id, len(table.metadata.snapshots)) == state
     assert lh.rows("lakehouse.events") == rows
     assert again.before == again.after
-    assert len(lh.log_rows()) == log_count + 4
+    assert len(lh.log_rows()) == log_count + 5
 
 
 def test_orphans_dry_run_lists_exactly_what_a_real_run_removes(

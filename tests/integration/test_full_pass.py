@@ -55,14 +55,18 @@ def test_discovery_skips_underscore_tables(full_pass: PassOutcome) -> None:
 
 def test_every_op_completed(full_pass: PassOutcome) -> None:
     for result in full_pass.results.values():
-        # No wal.root and no TTL rule are configured, so neither WAL nor retention op.
-        expected = [o for o in OPERATIONS.names() if o not in ("wal_compaction", "retention")]
+        # No wal.root and no TTL rule are configured, so neither WAL nor retention op;
+        # statistics are opt-in.
+        skipped = ("wal_compaction", "retention", "compute_table_stats")
+        expected = [o for o in OPERATIONS.names() if o not in skipped]
         assert [op.operation for op in result.ops] == expected
     logs = full_pass.results["lakehouse.logs"]
-    assert [op.status for op in logs.ops] == ["completed"] * 4, logs.as_dict()
+    # No delete files: rewrite_position_delete_files is planned away.
+    done = ["completed", "skipped", "completed", "completed"]
+    assert [op.status for op in logs.ops] == [*done, "completed"], logs.as_dict()
     # orders has no file old enough to be an orphan: planned away, no Spark job.
     orders = full_pass.results["lakehouse.orders"]
-    assert [op.status for op in orders.ops] == ["completed"] * 3 + ["skipped"], orders.as_dict()
+    assert [op.status for op in orders.ops] == [*done, "skipped"], orders.as_dict()
     assert "no unreferenced file older than" in orders.ops[-1].details
 
 
@@ -108,7 +112,7 @@ def test_underscore_table_untouched(full_pass: PassOutcome) -> None:
 
 def test_log_rows_per_table_and_op(full_pass: PassOutcome) -> None:
     rows = [r for r in full_pass.lakehouse.log_rows() if r["run_id"] == full_pass.run_id]
-    assert len(rows) == 8
+    assert len(rows) == 10
     assert {r["table_name"] for r in rows} == {"lakehouse.logs", "lakehouse.orders"}
     by_key = {(r["table_name"], r["operation"]): r for r in rows}
     for key, result in full_pass.results.items():

@@ -153,6 +153,7 @@ def test_a_dropped_table_gets_a_failed_log_row_per_operation(
     gone = _ops(report, "lakehouse.gone")
     assert set(gone) == {
         "optimize",
+        "rewrite_position_delete_files",
         "rewrite_manifests",
         "expire_snapshots",
         "remove_orphan_files",

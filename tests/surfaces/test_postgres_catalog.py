@@ -2,12 +2,15 @@
 
 The server runs on loopback for this module only. The config names the catalog
 password only as ``${ICEGATE_TEST_PG_PASSWORD}``; pyiceberg, Spark's JDBC catalog
-and the table leases all reach the same database with it.
+and the table leases all reach the same database with it. A second lakehouse in the same
+server holds a merge-on-read table (Spark ``DELETE`` and ``UPDATE``) that one pass leaves
+with no delete file and the same rows, then has its orphans collected and deleted later.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,12 +19,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from icegate_dagster.cli import run_cli
-from icegate_dagster.maintenance import Maintainer, TableResult
+from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
+from icegate_dagster.maintenance.deferred_orphans import candidates_table, read_candidates
+from icegate_dagster.maintenance.health import evaluate_health
 from icegate_dagster.maintenance.locks import LEASE_TABLE
-from tests.lakehouse import Lakehouse
+from icegate_dagster.maintenance.wal import WalStats
+from icegate_dagster.spark_session import get_spark
+from tests.lakehouse import Lakehouse, batch
 from tests.surfaces.postgres_server import (
     PostgresServer,
     captured_output,
@@ -108,6 +116,7 @@ def test_every_op_completed(pg_pass: PostgresPass) -> None:
     logs = pg_pass.results["lakehouse.logs"]
     assert [(op.operation, op.status) for op in logs.ops] == [
         ("optimize", "completed"),
+        ("rewrite_position_delete_files", "skipped"),  # no delete files
         ("rewrite_manifests", "completed"),
         ("expire_snapshots", "completed"),
         ("remove_orphan_files", "completed"),
@@ -147,7 +156,7 @@ def test_old_orphan_removed_young_file_kept(pg_pass: PostgresPass) -> None:
 
 def test_log_rows_landed_in_the_postgres_catalog(pg_pass: PostgresPass) -> None:
     rows = [r for r in pg_pass.lakehouse.log_rows() if r["run_id"] == pg_pass.run_id]
-    assert len(rows) == 8  # 4 ops x 2 tables
+    assert len(rows) == 10  # 5 ops x 2 tables
     by_key = {(r["table_name"], r["operation"]): r for r in rows}
     optimize = by_key[("lakehouse.logs", "optimize")]
     assert (optimize["status"], optimize["files_before"], optimize["files_after"]) == (
@@ -211,3 +220,153 @@ def test_missing_password_variable_fails_clearly(
     monkeypatch.delenv(PASSWORD_ENV)
     assert run_cli(["status", "--config", str(pg_pass.lakehouse.config_path)]) == 2
     assert f"${{{PASSWORD_ENV}}}, which is not set" in capsys.readouterr().err
+
+
+# --- delete files and deferred orphan deletion on the PostgreSQL catalog -----------------
+
+MOR_TABLE = "lakehouse.events"
+MONTH = timedelta(days=30)
+
+
+@dataclass
+class MergeOnReadPass:
+    """A merge-on-read table after Spark's ``DELETE`` and ``UPDATE``, and one pass over it."""
+
+    server: PostgresServer
+    lakehouse: Lakehouse
+    delete_files_before: int
+    #: The rows a reader must see, derived from what pyiceberg wrote (no engine involved).
+    rows_expected: Counter[tuple[Any, ...]]
+    #: The rows Spark read before the pass (deletes applied on read).
+    spark_rows_before: Counter[tuple[Any, ...]]
+    records_before: int
+    result: TableResult
+
+
+def _delete_files(lh: Lakehouse, key: str) -> int:
+    """Delete files of the current snapshot, from Iceberg's own ``delete_files`` table (Spark)."""
+    name = TableRef.parse(key).spark_identifier(lh.config.catalog.name)
+    [row] = get_spark(lh.config).sql(f"SELECT count(*) FROM {name}.delete_files").collect()
+    return int(row[0])
+
+
+@pytest.fixture(scope="module")
+def pg_mor(
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MergeOnReadPass]:
+    """A second lakehouse (its own catalog name) in the same server: a table written by
+    pyiceberg, switched to merge-on-read, then ``DELETE``d and ``UPDATE``d by Spark SQL."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(PASSWORD_ENV, pg_server.password)
+        lh = make_postgres_lakehouse(tmp_path_factory.mktemp("pg_mor"), pg_server, PASSWORD_ENV)
+        try:
+            lh.add_table(MOR_TABLE, appends=6, services=("api", "web"))
+            written = lh.rows_without_spark(MOR_TABLE)
+            name = TableRef.parse(MOR_TABLE).spark_identifier(lh.config.catalog.name)
+            spark = get_spark(lh.config)
+            spark.sql(
+                f"ALTER TABLE {name} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read', "
+                "'write.update.mode'='merge-on-read')"
+            )
+            spark.sql(f"DELETE FROM {name} WHERE id % 5 = 0")
+            spark.sql(f"UPDATE {name} SET body = 'updated' WHERE id % 7 = 3")
+            # What a reader must see, derived from what was written (no engine involved).
+            expected: Counter[tuple[Any, ...]] = Counter()
+            for (row_id, service, stamp, body), count in written.items():
+                if row_id % 5 != 0:
+                    updated = (row_id, service, stamp, "updated" if row_id % 7 == 3 else body)
+                    expected[updated] += count
+            ref = TableRef.parse(MOR_TABLE)
+            maintainer = Maintainer(lh.config)
+            before = maintainer.stats(ref)
+            deletes = _delete_files(lh, MOR_TABLE)
+            # pyiceberg applies the position deletes on read too.
+            assert lh.rows_without_spark(MOR_TABLE) == expected
+            spark_rows = lh.rows(MOR_TABLE)
+            assert sum(spark_rows.values()) == sum(expected.values())
+            result = maintainer.maintain_table(ref)
+            yield MergeOnReadPass(pg_server, lh, deletes, expected, spark_rows, before.rows, result)
+        finally:
+            engine = getattr(lh.catalog, "engine", None)
+            if engine is not None:
+                engine.dispose()
+
+
+def test_a_merge_on_read_table_ends_with_no_delete_file_and_the_same_rows(
+    pg_mor: MergeOnReadPass,
+) -> None:
+    lh, result = pg_mor.lakehouse, pg_mor.result
+    assert pg_mor.delete_files_before > 0  # Spark wrote position delete files
+    statuses = {op.operation: f"{op.status}: {op.details}" for op in result.ops}
+    assert result.ok, statuses
+    assert statuses["optimize"].startswith("completed"), statuses
+    assert _delete_files(lh, MOR_TABLE) == 0
+    assert Maintainer(lh.config).stats(TableRef.parse(MOR_TABLE)).delete_files == 0
+    # The same rows, as multisets: what Spark read before the pass, and what pyiceberg
+    # reads equals the rows derived from what was written.
+    assert lh.rows(MOR_TABLE) == pg_mor.spark_rows_before
+    assert lh.rows_without_spark(MOR_TABLE) == pg_mor.rows_expected
+    # rows_preserved compares live rows: the deleted records it dropped are not a loss.
+    checks = evaluate_health(result, lh.config.for_table(MOR_TABLE), WalStats(0, 0))
+    [check] = [c for c in checks if c.name == "rows_preserved"]
+    live = sum(pg_mor.rows_expected.values())
+    assert check.passed, check.description
+    assert check.metadata["rows_before"] == check.metadata["rows_after"] == live
+    assert pg_mor.records_before > live  # the data files held the deleted rows too
+
+
+def test_collected_orphans_are_deleted_later_on_the_postgres_catalog(
+    pg_mor: MergeOnReadPass, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``orphans --collect`` then ``--delete-collected``: the candidates table and the lease
+    live in PostgreSQL. The old orphan goes; a candidate registered in between stays."""
+    lh = pg_mor.lakehouse
+    data = Path(lh.table(MOR_TABLE).location().removeprefix("file://")) / "data"
+    old = lh.plant_file(MOR_TABLE, "old-orphan.parquet", MONTH)
+    registered = data / "service=api" / "registered-later.parquet"
+    pq.write_table(batch(90_000, ("api",)).drop_columns(["service"]), registered)
+    stamp = time.time() - MONTH.total_seconds()
+    os.utime(registered, (stamp, stamp))
+    young = lh.plant_file(MOR_TABLE, "young.parquet", timedelta(hours=1))
+
+    def orphans(flag: str) -> dict[str, Any]:
+        config = ["--config", str(lh.config_path), "--table", MOR_TABLE, "--json"]
+        code = run_cli(["orphans", flag, *config])  # the fixture set the password variable
+        out = capsys.readouterr().out
+        assert code == 0, out
+        [table] = json.loads(out)["tables"]
+        assert isinstance(table, dict)
+        return table
+
+    collected = orphans("--collect")
+    sizes = {Path(c["path"]).name: c["size_bytes"] for c in collected["candidates"]}
+    assert sizes == {
+        "old-orphan.parquet": old.stat().st_size,
+        "registered-later.parquet": registered.stat().st_size,
+    }
+    assert old.exists() and registered.exists()  # collecting deletes nothing
+    lh.table(MOR_TABLE).add_files([f"file:{registered}"])
+    rows = lh.rows_without_spark(MOR_TABLE)
+
+    done = orphans("--delete-collected")
+
+    assert [Path(f["path"]).name for f in done["deleted"]] == ["old-orphan.parquet"]
+    assert {Path(k["path"]).name: k["reason"] for k in done["kept"]} == {
+        "registered-later.parquet": "referenced"
+    }
+    assert not old.exists()
+    assert registered.exists() and young.exists()
+    assert lh.rows_without_spark(MOR_TABLE) == rows
+    assert all(path.exists() for path in lh.data_file_paths(MOR_TABLE))
+    # The candidates table is registered in the PostgreSQL database, like the tables.
+    where = candidates_table(lh.config)
+    statuses = {
+        Path(r["path"]).name: r["status"] for r in read_candidates(lh.catalog, where, MOR_TABLE)
+    }
+    assert statuses == {"old-orphan.parquet": "deleted", "registered-later.parquet": "referenced"}
+    registered_tables = pg_mor.server.query(
+        "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = %s",
+        (lh.config.catalog.name,),
+    )
+    assert (where.namespace, where.name) in registered_tables
+    assert pg_mor.server.query(f"SELECT table_name, holder FROM {LEASE_TABLE}") == []

@@ -112,6 +112,7 @@ def test_every_op_completed(cluster_pass: ClusterPass) -> None:
     logs_ops = [(op["operation"], op["status"]) for op in tables["lakehouse.logs"]["ops"]]
     assert logs_ops == [
         ("optimize", "completed"),
+        ("rewrite_position_delete_files", "skipped"),  # no delete files
         ("rewrite_manifests", "completed"),
         ("expire_snapshots", "completed"),
         ("remove_orphan_files", "completed"),
@@ -146,7 +147,7 @@ def test_snapshots_expired_old_orphan_removed_young_file_kept(cluster_pass: Clus
 def test_log_rows_written(cluster_pass: ClusterPass) -> None:
     run_id = cluster_pass.report["run_id"]
     rows = [r for r in cluster_pass.lakehouse.log_rows() if r["run_id"] == run_id]
-    assert len(rows) == 8  # 4 ops x 2 tables
+    assert len(rows) == 10  # 5 ops x 2 tables
     by_key = {(r["table_name"], r["operation"]): r for r in rows}
     optimize = by_key[("lakehouse.logs", "optimize")]
     assert (optimize["status"], optimize["files_before"], optimize["files_after"]) == (

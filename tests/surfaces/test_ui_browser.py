@@ -144,8 +144,14 @@ def test_lineage_shows_maintenance_log_downstream(page: Page) -> None:
 
 def test_maintenance_log_page_shows_the_runs_log_rows(page: Page, lakehouse: Lakehouse) -> None:
     logged = lakehouse.log_rows()
-    # No WAL is configured, so no wal_compaction: four operations per table.
-    operations = {"optimize", "rewrite_manifests", "expire_snapshots", "remove_orphan_files"}
+    # No WAL is configured, so no wal_compaction: five operations per table.
+    operations = {
+        "optimize",
+        "rewrite_position_delete_files",
+        "rewrite_manifests",
+        "expire_snapshots",
+        "remove_orphan_files",
+    }
     for table in TABLES:
         assert {r["operation"] for r in logged if r["table_name"] == table} == operations
     _open(page, "/assets/maintenance_log")

@@ -83,7 +83,7 @@ def test_a_healthy_table_passes_all_five_checks_in_contract_order(
     settings: TableSettings,
 ) -> None:
     outcomes = evaluate_health(result(stats(), stats()), settings, EMPTY_WAL)
-    assert [o.name for o in outcomes] == list(CHECK_NAMES)
+    assert [o.name for o in outcomes] == list(CHECK_NAMES[:-1])  # healthy: health_score_check
     assert [o.name for o in outcomes if not o.passed] == []
 
 
@@ -143,6 +143,87 @@ def test_rows_preserved_fails_without_a_count_from_before_the_pass(
     )
     assert not outcome.passed
     assert "could not be read" in outcome.description
+
+
+def with_deletes(records: int, snapshot_id: int, live: int | None = None) -> TableStats:
+    """A table with delete files: ``records`` in its data files, ``live`` counted or not."""
+    stats_ = TableStats(
+        data_files=4,
+        data_bytes=4096,
+        small_files=0,
+        delete_files=3,
+        snapshots=2,
+        rows=records,
+        manifests=2,
+        snapshot_id=snapshot_id,
+        position_delete_files=3,
+    )
+    return stats_ if live is None else stats_.with_live_rows(live)
+
+
+def test_rows_preserved_compares_live_rows_so_applying_deletes_is_no_loss(
+    settings: TableSettings,
+) -> None:
+    # 110 records with 10 deleted before; the rewrite applied the deletes: 100 records.
+    before = with_deletes(records=110, snapshot_id=1, live=100)
+    after = stats(rows=100)
+    outcome = check(
+        evaluate_health(result(before, after, [op("optimize")]), settings, EMPTY_WAL),
+        "rows_preserved",
+    )
+    assert outcome.passed, outcome.description
+    assert outcome.metadata == {"rows_before": 100, "rows_after": 100, "rows_expected": 100}
+
+
+def test_rows_preserved_fails_when_live_rows_were_lost_behind_delete_files(
+    settings: TableSettings,
+) -> None:
+    before = with_deletes(records=110, snapshot_id=1, live=100)
+    after = with_deletes(records=110, snapshot_id=2, live=99)
+    outcome = check(evaluate_health(result(before, after), settings, EMPTY_WAL), "rows_preserved")
+    assert not outcome.passed
+
+
+def test_live_rows_counted_by_an_operation_reach_the_table_result(
+    settings: TableSettings,
+) -> None:
+    # The pass read its stats before counting; the op counted at the same snapshots.
+    counted = OpResult(
+        "ns.t",
+        "optimize",
+        "completed",
+        "done",
+        with_deletes(records=110, snapshot_id=1, live=100),
+        with_deletes(records=105, snapshot_id=2, live=100),
+        0.5,
+    )
+    table = TableResult.from_ops("ns.t", with_deletes(records=110, snapshot_id=1), [counted], 1.0)
+    assert table.before is not None and table.before.live_rows == 100
+    assert check(evaluate_health(table, settings, EMPTY_WAL), "rows_preserved").passed
+
+
+def test_rows_preserved_needs_no_count_when_nothing_was_committed(
+    settings: TableSettings,
+) -> None:
+    same = with_deletes(records=110, snapshot_id=7)
+    skipped = [op("optimize", "skipped"), op("expire_snapshots", "skipped")]
+    outcome = check(
+        evaluate_health(result(same, same, skipped), settings, EMPTY_WAL), "rows_preserved"
+    )
+    assert outcome.passed
+    assert "nothing committed" in outcome.description
+
+
+def test_rows_preserved_fails_when_live_rows_could_not_be_counted(
+    settings: TableSettings,
+) -> None:
+    before, after = with_deletes(110, snapshot_id=1), with_deletes(100, snapshot_id=2)
+    ops = [op("optimize", live_rows_error="AnalysisException: snapshot 1 not found")]
+    outcome = check(
+        evaluate_health(result(before, after, ops), settings, EMPTY_WAL), "rows_preserved"
+    )
+    assert not outcome.passed
+    assert "snapshot 1 not found" in outcome.description
 
 
 # small_files ------------------------------------------------------------------------------
@@ -284,7 +365,7 @@ def test_an_unreadable_table_fails_the_table_checks_and_still_sizes_its_wal(
     ops = [op("optimize", "failed", error="cannot open metadata")]
     unreadable = result(None, None, ops, error="cannot open metadata")
     outcomes = evaluate_health(unreadable, settings, EMPTY_WAL)
-    assert [o.name for o in outcomes] == list(CHECK_NAMES)
+    assert [o.name for o in outcomes] == list(CHECK_NAMES[:-1])  # healthy: health_score_check
     for name in ("rows_preserved", "small_files", "snapshot_count"):
         assert not check(outcomes, name).passed, name
         assert check(outcomes, name).description == "the table could not be read"

@@ -21,7 +21,9 @@ def test_the_registry_runs_the_contract_operations_in_pass_order() -> None:
     assert OPERATIONS.names() == (
         "wal_compaction",
         "optimize",
+        "rewrite_position_delete_files",
         "rewrite_manifests",
+        "compute_table_stats",
         "expire_snapshots",
         "remove_orphan_files",
         "retention",

@@ -1,6 +1,8 @@
 """rewrite_options: optimize settings mapped onto Iceberg's rewrite_data_files options.
 
-``file_size_threshold`` -> ``min-file-size-bytes``, ``min_input_files`` -> ``min-input-files``;
+``file_size_threshold`` -> ``min-file-size-bytes``, ``min_input_files`` -> ``min-input-files``,
+``delete_file_threshold``/``delete_ratio_threshold`` -> ``delete-file-threshold``/
+``delete-ratio-threshold`` (``remove-dangling-deletes`` where the table has delete files);
 ``target-file-size-bytes`` is set (to twice the threshold) only when the threshold reaches
 the table's own target (``write.target-file-size-bytes``, Iceberg's default 512 MB when unset).
 """
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from icegate_dagster.config import OptimizeSettings, config_from_dict
+from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.ops.optimize import rewrite_options
 from tests.unit.pyiceberg_tables import create_table, sqlite_catalog
 
@@ -37,6 +40,8 @@ def test_threshold_and_min_input_files_map_onto_procedure_options(
     assert rewrite_options(settings, table) == {
         "min-input-files": "7",
         "min-file-size-bytes": str(10 * MB),
+        "delete-file-threshold": "1",
+        "delete-ratio-threshold": "0.3",
     }
 
 
@@ -47,7 +52,34 @@ def test_the_defaults_map_to_ten_megabytes_and_five_files(
     assert rewrite_options(optimize_settings(tmp_path), table) == {
         "min-input-files": "5",
         "min-file-size-bytes": str(10 * MB),
+        "delete-file-threshold": "1",
+        "delete-ratio-threshold": "0.3",
     }
+
+
+def test_delete_thresholds_map_onto_iceberg_options(tmp_path: Path, catalog_dir: Path) -> None:
+    table = create_table(sqlite_catalog(catalog_dir), "deletes")
+    settings = optimize_settings(tmp_path, delete_file_threshold=4, delete_ratio_threshold=0.5)
+    options = rewrite_options(settings, table)
+    assert (options["delete-file-threshold"], options["delete-ratio-threshold"]) == ("4", "0.5")
+    # Dangling deletes are looked for only where the table has delete files.
+    assert "remove-dangling-deletes" not in options
+    assert rewrite_options(settings, table, delete_files=3)["remove-dangling-deletes"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("block", "key"),
+    [
+        ({"delete_file_threshold": 0}, "delete_file_threshold"),
+        ({"delete_ratio_threshold": 0}, "delete_ratio_threshold"),
+        ({"delete_ratio_threshold": 1.5}, "delete_ratio_threshold"),
+    ],
+)
+def test_delete_thresholds_out_of_range_are_refused_naming_the_key(
+    tmp_path: Path, block: dict[str, object], key: str
+) -> None:
+    with pytest.raises(IcegateError, match=key):
+        optimize_settings(tmp_path, **block)
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,16 @@ from icegate_dagster.maintenance.ops.base import (
     perform,
     skip_reason,
 )
+from icegate_dagster.maintenance.ops.compute_table_stats import ComputeTableStats
 from icegate_dagster.maintenance.ops.expire_snapshots import ExpireSnapshots
 from icegate_dagster.maintenance.ops.optimize import Optimize
 from icegate_dagster.maintenance.ops.registry import Registry
 from icegate_dagster.maintenance.ops.remove_orphan_files import RemoveOrphanFiles
 from icegate_dagster.maintenance.ops.retention import Retention
 from icegate_dagster.maintenance.ops.rewrite_manifests import RewriteManifests
+from icegate_dagster.maintenance.ops.rewrite_position_delete_files import (
+    RewritePositionDeleteFiles,
+)
 from icegate_dagster.maintenance.ops.rollback import RollbackToSnapshot
 from icegate_dagster.maintenance.ops.wal_compaction import WalCompaction
 
@@ -31,7 +35,9 @@ OPERATIONS = Registry(
     [
         WalCompaction(),
         Optimize(),
+        RewritePositionDeleteFiles(),
         RewriteManifests(),
+        ComputeTableStats(),
         ExpireSnapshots(),
         RemoveOrphanFiles(),
         Retention(),

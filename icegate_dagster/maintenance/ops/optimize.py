@@ -1,4 +1,5 @@
-"""``optimize``: compact small data files with ``rewrite_data_files`` (binpack or sort)."""
+"""``optimize``: compact small data files with ``rewrite_data_files`` (binpack or sort),
+and apply delete files by rewriting the data files they delete from."""
 
 from __future__ import annotations
 
@@ -19,24 +20,37 @@ if TYPE_CHECKING:
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024**2
 
 
-def rewrite_options(settings: OptimizeSettings, table: Table) -> dict[str, str]:
-    """Map ``file_size_threshold``/``min_input_files`` onto ``rewrite_data_files`` options.
+def rewrite_options(
+    settings: OptimizeSettings, table: Table, *, delete_files: int = 0
+) -> dict[str, str]:
+    """Map the ``optimize`` settings onto ``rewrite_data_files`` options.
 
     Files smaller than the threshold are candidates (``min-file-size-bytes``);
     a group is rewritten once it has ``min_input_files`` of them. The target
     size stays the table's own unless the threshold would reach it, in which
     case it is raised to twice the threshold (Iceberg requires min < target).
+    A data file with ``delete_file_threshold`` delete files, or whose deleted rows reach
+    ``delete_ratio_threshold`` of its rows, is rewritten whatever its size, its deletes
+    applied (``delete-file-threshold``, ``delete-ratio-threshold``). Where the table has
+    ``delete_files``, Iceberg also drops the delete files left applying to no data file
+    by sequence number (``remove-dangling-deletes``: equality deletes, and position deletes
+    older than every data file of their partition; ``rewrite_position_delete_files``
+    finds the others by path).
     """
     target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
     options = {
         "min-input-files": str(settings.min_input_files),
         "min-file-size-bytes": str(settings.file_size_threshold),
+        "delete-file-threshold": str(settings.delete_file_threshold),
+        "delete-ratio-threshold": str(settings.delete_ratio_threshold),
         # Not "partial-progress.enabled": it commits the groups that worked and only logs
         # the ones that failed (a missing file, say), so the op would report success.
         # Conflicts with writers are retried instead (see call_procedure).
     }
     if settings.file_size_threshold >= target:
         options["target-file-size-bytes"] = str(2 * settings.file_size_threshold)
+    if delete_files:
+        options["remove-dangling-deletes"] = "true"
     if settings.max_file_group_size is not None:
         options["max-file-group-size-bytes"] = str(settings.max_file_group_size)
     return options
@@ -68,15 +82,25 @@ class Optimize(Operation):
 
     def _candidates(self, ctx: OpContext) -> str:
         rule, before = ctx.settings.optimize, ctx.before
-        return (
+        text = (
             f"{before.compactable_files} small files would be rewritten "
             f"({before.small_files} of {before.data_files} data files are under "
             f"{rule.file_size_threshold} bytes; a partition needs "
             f"{rule.min_input_files} of them)"
         )
+        if before.delete_files:
+            text += (
+                f"; {before.delete_rewrite_files} data files to rewrite for their deletes "
+                f"({before.delete_files} delete files, {before.dangling_delete_files} of the "
+                f"position delete files dangling; a file needs {rule.delete_file_threshold} or "
+                f"{rule.delete_ratio_threshold:.0%} of its rows deleted)"
+            )
+        return text
 
     def plan(self, ctx: OpContext) -> str | None:
-        if ctx.before.compactable_files == 0 and ctx.before.delete_files == 0:
+        # Dangling delete files apply to no data file: rewriting data would not drop them,
+        # rewrite_position_delete_files does (it runs next).
+        if ctx.before.compactable_files == 0 and ctx.before.delete_rewrite_files == 0:
             return "nothing to compact: " + self._candidates(ctx)
         return None
 
@@ -93,7 +117,8 @@ class Optimize(Operation):
                     f"table {ctx.ref.key}: optimize.strategy is 'sort' but the table has no "
                     "sort order; set optimize.sort_order (e.g. 'zorder(tenant_id, timestamp)')"
                 )
-        args["options"] = options_map(rewrite_options(rule, ctx.table))
+        options = rewrite_options(rule, ctx.table, delete_files=ctx.before.delete_files)
+        args["options"] = options_map(options)
         codec = codec_to_set(rule, ctx.table)
         if codec is not None:
             # Through Spark's own view of the table: where Spark cannot start or cannot
@@ -104,6 +129,10 @@ class Optimize(Operation):
             f"rewrote {row['rewritten_data_files_count']} data files "
             f"({row['rewritten_bytes_count']} bytes) into {row['added_data_files_count']}"
         )
+        if ctx.before.delete_files:
+            # Not Iceberg's removed_delete_files_count: file-scoped deletes of rewritten
+            # files are dropped at commit without being counted there (12 -> 6 reported 0).
+            details += f", applying their deletes ({ctx.before.delete_files} delete files before)"
         if codec is not None:
             details += f"; set {CODEC_PROPERTY}={codec} first (the table set no codec)"
             row["compression_codec_set"] = codec

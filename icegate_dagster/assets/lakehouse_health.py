@@ -1,0 +1,238 @@
+"""``lakehouse_health``: the whole lakehouse's health over time, and its least healthy tables.
+
+Recorded two ways, with the same metadata: by ``table_health_sensor`` at every evaluation
+(a materialization reported with the tick, no run), and by materializing the asset (the
+UI's Materialize button), which assesses every table now and reports what the trigger
+would do. Numbers are numeric metadata, so the asset's Plots tab draws them over time.
+
+:func:`evaluate_health_trigger` is that one evaluation: each table's health from its
+metadata (pyiceberg, no JVM), then the trigger's decision from what the instance knows.
+"""
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+
+from icegate_dagster import render
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.catalog import scrub
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance import OPERATIONS, TableRef
+from icegate_dagster.maintenance.table_health import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.triggering import (
+    LakehouseHealth,
+    Selection,
+    rotation,
+    select_runs,
+    summarize,
+)
+from icegate_dagster.maintenance.wal import WalStats, wal_stats
+from icegate_dagster.partitions import ICEBERG_TABLES
+from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.runs import (
+    HEALTH_SENSOR,
+    TABLE_TAG,
+    TRIGGER_TAG,
+    trigger_history,
+    unfinished_run_targets,
+)
+
+LAKEHOUSE_HEALTH = dg.AssetKey("lakehouse_health")
+LEAST_HEALTHY_COLUMNS = ("table", "score", "due operations", "why", "trigger")
+#: Seconds one sensor evaluation spends assessing tables before it leaves the rest to the
+#: next (Dagster cancels a sensor evaluation after 60 s by default); it resumes there.
+ASSESS_SECONDS = 40.0
+#: A table's recent trigger runs and materializations read to count failures in a row.
+HISTORY = 25
+
+
+@dataclass
+class HealthEvaluation:
+    """One look at the lakehouse: each table's health, and what the trigger does about it."""
+
+    #: Every partition of ``iceberg_tables``.
+    tables: list[str]
+    healths: dict[str, TableHealth]
+    #: Tables that could not be assessed, with the error.
+    errors: dict[str, str]
+    #: Per assessed table: its metadata, WAL and due work in one id (see :func:`table_state`).
+    states: dict[str, str]
+    #: Per due table: the trigger's earlier runs on its current state.
+    attempts: dict[str, int]
+    selection: Selection
+    #: Where the next evaluation starts, when this one ran out of time (else ``None``).
+    resume_at: str | None
+
+    def report(self, default_min_score: float) -> LakehouseHealth:
+        """The ``lakehouse_health`` figures of this evaluation."""
+        return summarize(
+            list(self.healths.values()),
+            tables=len(self.tables),
+            default_min_score=default_min_score,
+            errors=self.errors,
+            selection=self.selection,
+        )
+
+
+def table_state(metadata_location: str, wal: WalStats | None, health: TableHealth) -> str:
+    """Names what the trigger knows of a table: its metadata file, its waiting WAL, and what
+    is due and why. A run that succeeded on one state is not repeated until it changes."""
+    wal_part = f"{wal.files}/{wal.bytes}/{wal.oldest}" if wal is not None else "-"
+    due = "\n".join(f"{d.operation}: {d.reason}" for d in health.due)
+    return hashlib.sha256(f"{metadata_location}\n{wal_part}\n{due}".encode()).hexdigest()[:16]
+
+
+def evaluate_health_trigger(
+    instance: dg.DagsterInstance,
+    lakehouse: LakehouseResource,
+    tables: list[str],
+    now: datetime,
+    *,
+    resume_at: str | None = None,
+    seconds: float | None = ASSESS_SECONDS,
+) -> HealthEvaluation:
+    """Assess each table from its metadata (pyiceberg, no JVM), then decide with
+    :func:`~icegate_dagster.maintenance.triggering.select_runs` from the runs and
+    materializations the instance holds (asked only about tables with due work).
+
+    With ``seconds`` set, tables are assessed in name order from ``resume_at`` until that
+    time is spent (one table at least); the rest wait for the next evaluation.
+    """
+    maintainer = lakehouse.maintainer(run_id="health")
+    config = maintainer.config
+    deadline = None if seconds is None else time.monotonic() + seconds
+    healths: dict[str, TableHealth] = {}
+    errors: dict[str, str] = {}
+    states: dict[str, str] = {}
+    intervals: dict[str, timedelta] = {}
+    next_start: str | None = None
+    for key in rotation(tables, resume_at):
+        if deadline is not None and (healths or errors) and time.monotonic() > deadline:
+            next_start = key
+            break
+        try:  # a table that cannot be read is reported; the others go on
+            ref = TableRef.parse(key)
+            table = maintainer.load(ref)
+            settings = maintainer.settings(ref)
+            wal = wal_stats(config.wal_root, ref) if config.wal_root else None
+            health = assess_table(table, key, settings, now, wal)
+            intervals[key] = thresholds_for(settings, table.properties).min_interval
+        except Exception as exc:
+            errors[key] = describe_error(exc, lambda text: scrub(text, config))
+            continue
+        healths[key] = health
+        states[key] = table_state(table.metadata_location, wal, health)
+
+    runnable = OPERATIONS.names()
+    due = [key for key, h in healths.items() if set(h.due_operations) & set(runnable)]
+    in_flight = unfinished_run_targets(instance, tables) if due else {}
+    last_maintained: dict[str, datetime] = {}
+    failures: dict[str, tuple[int, datetime]] = {}
+    settled: dict[str, str] = {}
+    attempts: dict[str, int] = {}
+    for key in due:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[key]),
+            limit=HISTORY,
+        ).records
+        if records:  # whoever maintained it: schedule, backfill, sensor, UI
+            last_maintained[key] = datetime.fromtimestamp(records[0].timestamp, UTC)
+        ops_failed = {
+            record.run_id: int(getattr(value, "value", 0) or 0)
+            for record in records
+            if record.asset_materialization is not None
+            and (value := record.asset_materialization.metadata.get("ops_failed")) is not None
+        }
+        runs = list(
+            instance.get_run_records(
+                filters=dg.RunsFilter(tags={TRIGGER_TAG: HEALTH_SENSOR, TABLE_TAG: key}),
+                limit=HISTORY,
+            )
+        )
+        failed, attempts[key], settled_by = trigger_history(runs, ops_failed, states[key])
+        if failed is not None:
+            failures[key] = failed
+        if settled_by is not None:
+            settled[key] = settled_by
+    selection = select_runs(
+        list(healths.values()),
+        now=now,
+        trigger=config.trigger,
+        min_interval=intervals,
+        in_flight=in_flight,
+        last_maintained=last_maintained,
+        failures=failures,
+        settled=settled,
+        runnable=runnable,
+    )
+    return HealthEvaluation(
+        tables=list(tables),
+        healths=healths,
+        errors=errors,
+        states=states,
+        attempts=attempts,
+        selection=selection,
+        resume_at=next_start,
+    )
+
+
+def lakehouse_health_metadata(report: LakehouseHealth) -> dict[str, Any]:
+    """The asset's metadata: every total as a number (so it plots), the least healthy
+    tables as a markdown table, and the due operations and unreadable tables as JSON."""
+    metadata: dict[str, Any] = {
+        key: dg.MetadataValue.float(float(value))
+        if isinstance(value, float)
+        else dg.MetadataValue.int(int(value))
+        for key, value in report.numbers().items()
+    }
+    metadata["summary"] = dg.MetadataValue.text(describe(report))
+    metadata["least_healthy"] = dg.MetadataValue.md(
+        render.markdown_table(LEAST_HEALTHY_COLUMNS, report.least_healthy)
+        if report.least_healthy
+        else "no tables assessed"
+    )
+    metadata["due_by_operation"] = dg.MetadataValue.json(report.due_by_operation)
+    if report.errors:
+        metadata["unreadable_tables"] = dg.MetadataValue.json(report.errors)
+    return metadata
+
+
+def describe(report: LakehouseHealth) -> str:
+    """One line a person reads first."""
+    if not report.assessed:
+        return f"none of {report.tables} tables could be assessed"
+    return (
+        f"{report.assessed} of {report.tables} tables assessed: {report.unhealthy} unhealthy, "
+        f"{report.tables_due} with due work, mean score {report.mean_score}"
+    )
+
+
+@dg.asset(
+    name="lakehouse_health",
+    deps=[MAINTAINED_TABLE],
+    group_name="iceberg_maintenance",
+    kinds={"iceberg"},
+    description=(
+        "Health of the whole lakehouse from table metadata (no JVM): tables, unhealthy "
+        "tables, mean and lowest score, due work, small files, delete files, snapshots, WAL, "
+        "the health trigger's backlog, and the least healthy tables. Recorded by "
+        "table_health_sensor at each evaluation; materializing it assesses every table now."
+    ),
+)
+def lakehouse_health(
+    context: dg.AssetExecutionContext, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    """Assess every table and report what the health trigger would request now."""
+    tables = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
+    evaluation = evaluate_health_trigger(
+        context.instance, lakehouse, tables, datetime.now(UTC), seconds=None
+    )
+    for key, error in sorted(evaluation.errors.items()):
+        context.log.warning(f"{key}: cannot assess its health: {error}")
+    report = evaluation.report(lakehouse.config().defaults.health.min_score)
+    context.log.info(describe(report))
+    return dg.MaterializeResult(metadata=lakehouse_health_metadata(report))
