@@ -7,7 +7,7 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, query, batching. ``--reps`` (default 3) repetitions of each comparison;
+sensor, health_sensor, query, batching. ``--reps`` (default 3) repetitions of each comparison;
 ``--big-reps`` (default 1) for the 1,000-table sizes; ``--scale-max 1000`` adds 1,000
 tables to ``scale_compaction`` (default 100); ``ICEGATE_BENCH_GB`` (default 1) sizes
 ``throughput``. ``--quick`` is a smoke test: 1 repetition, a few tables and files, a
