@@ -180,8 +180,9 @@ def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> i
         try:
             table = maintainer.load(target)
             table_stats = maintainer.stats(target, table)
-        except IcegateError as exc:
-            stats.append((target.key, None, str(exc)))
+        except Exception as exc:  # unreadable metadata (a missing manifest...): this table only
+            error = describe_error(exc, lambda text: scrub(text, maintainer.config))
+            stats.append((target.key, None, error))
             continue
         try:
             healths[target.key] = _health(maintainer, target, table)

@@ -15,6 +15,8 @@ UNFINISHED = [
     dg.DagsterRunStatus.NOT_STARTED,
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
+    # Still executing until its steps stop: its table is not free yet.
+    dg.DagsterRunStatus.CANCELING,
 ]
 
 #: The health trigger's name, and the tags on the runs it requests: who asked, the table,
@@ -58,7 +60,10 @@ def _runs_wal_compaction(run_config: Any) -> bool:
 
 
 def trigger_history(
-    records: list[Any], ops_failed: dict[str, int], state: str
+    records: list[Any],
+    ops_failed: dict[str, int],
+    state: str,
+    held_elsewhere: frozenset[str] = frozenset(),
 ) -> tuple[tuple[int, datetime] | None, int, str | None]:
     """From a table's health-trigger runs (newest first): its failures in a row and when the
     last of them ended; how many runs its current ``state`` already had; and the run that
@@ -66,7 +71,9 @@ def trigger_history(
 
     A run failed when Dagster says so, or when it succeeded with a failed operation on the
     table (``ops_failed``: run id -> that figure of the table's materialization): both are
-    what back-off is for. A canceled run ends the count without being a failure.
+    what back-off is for. A canceled run ends the count without being a failure. A run
+    whose operations were skipped because another maintainer held the table
+    (``held_elsewhere``: run ids) settles nothing: its work may still be due.
     """
     in_row, last_failure, counting = 0, None, True
     attempts, settled = 0, None
@@ -86,7 +93,11 @@ def trigger_history(
                 last_failure = datetime.fromtimestamp(ended, UTC)
         else:
             counting = False
-        clean = run.status == dg.DagsterRunStatus.SUCCESS and not failed
+        clean = (
+            run.status == dg.DagsterRunStatus.SUCCESS
+            and not failed
+            and run.run_id not in held_elsewhere
+        )
         if settled is None and same_state and clean:
             settled = f"run {run.run_id} already succeeded on this table state"
     failures = (in_row, last_failure) if last_failure is not None else None

@@ -11,6 +11,7 @@ metadata (pyiceberg, no JVM), then the trigger's decision from what the instance
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -141,19 +142,23 @@ def evaluate_health_trigger(
         ).records
         if records:  # whoever maintained it: schedule, backfill, sensor, UI
             last_maintained[key] = datetime.fromtimestamp(records[0].timestamp, UTC)
-        ops_failed = {
-            record.run_id: int(getattr(value, "value", 0) or 0)
-            for record in records
-            if record.asset_materialization is not None
-            and (value := record.asset_materialization.metadata.get("ops_failed")) is not None
-        }
+        ops_failed = _figure_by_run(records, "ops_failed")
+        held = frozenset(
+            run_id for run_id, n in _figure_by_run(records, "ops_held_elsewhere").items() if n
+        )
         runs = list(
             instance.get_run_records(
                 filters=dg.RunsFilter(tags={TRIGGER_TAG: HEALTH_SENSOR, TABLE_TAG: key}),
                 limit=HISTORY,
             )
         )
-        failed, attempts[key], settled_by = trigger_history(runs, ops_failed, states[key])
+        # A run that failed before recording the table has no materialization: its end
+        # counts as the table's last maintenance too, for health.min_interval.
+        ended = [r.end_time for r in runs if r.end_time is not None]
+        if ended:
+            last_run = datetime.fromtimestamp(max(ended), UTC)
+            last_maintained[key] = max(last_maintained.get(key, last_run), last_run)
+        failed, attempts[key], settled_by = trigger_history(runs, ops_failed, states[key], held)
         if failed is not None:
             failures[key] = failed
         if settled_by is not None:
@@ -178,6 +183,16 @@ def evaluate_health_trigger(
         selection=selection,
         resume_at=next_start,
     )
+
+
+def _figure_by_run(records: Sequence[dg.EventLogRecord], name: str) -> dict[str, int]:
+    """A numeric metadata value of each materialization, by its run id."""
+    return {
+        record.run_id: int(getattr(value, "value", 0) or 0)
+        for record in records
+        if record.asset_materialization is not None
+        and (value := record.asset_materialization.metadata.get(name)) is not None
+    }
 
 
 def lakehouse_health_metadata(report: LakehouseHealth) -> dict[str, Any]:

@@ -209,6 +209,8 @@ def partition_metadata(
         "wal_files_quarantined": wal.quarantined,
         "duration_s": round(result.duration_s, 3),
         "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
+        # Skipped because another maintainer held the table: the work may still be due.
+        "ops_held_elsewhere": sum(1 for op in result.ops if op.output.get("held_elsewhere")),
     }
     if health is not None:
         # A float, so the Plots tab draws each table's score over its runs.

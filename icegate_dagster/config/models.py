@@ -262,6 +262,9 @@ class HealthSettings(_Settings):
     #: Small manifests (under 3/4 of ``commit.manifest.target-size-bytes``) at which
     #: ``rewrite_manifests`` is due: planning reads each one, and merging them is cheap.
     small_manifests: int = Field(default=50, ge=2)
+    #: Expirable snapshots at which ``expire_snapshots`` is due (and a tenth of the
+    #: table's snapshots at least: a steady writer always has one just past retention).
+    expirable_snapshots: int = Field(default=10, ge=1)
     #: A partition's health check fails below this score (0-100).
     min_score: float = Field(default=50.0, ge=0, le=100)
     #: The health trigger maintains a table at most once per this interval.

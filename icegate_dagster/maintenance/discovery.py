@@ -30,11 +30,12 @@ def list_namespaces(catalog: Catalog, configured: Iterable[str] | None) -> list[
 
 
 def discover_tables(
-    catalog: Catalog, namespaces: Iterable[str] | None, log_table: str | None = None
+    catalog: Catalog, namespaces: Iterable[str] | None, excluded: Iterable[str] = ()
 ) -> list[TableRef]:
-    """Tables to maintain, sorted; metadata tables (name starts with ``_``) and the log
-    table are left out. (Catalogs such as SeaweedFS and S3 Tables refuse ``_`` names, so
-    the log table may be an ordinary name in a maintained namespace.)
+    """Tables to maintain, sorted; metadata tables (name starts with ``_``) and the
+    ``excluded`` ones (the project's own: the log and orphan-candidates tables) are left
+    out. (Catalogs such as SeaweedFS and S3 Tables refuse ``_`` names, so those may be
+    ordinary names in a maintained namespace.)
 
     A configured namespace that does not exist yields no tables rather than an
     error, so a fresh lakehouse can be configured before its first write. Names
@@ -44,6 +45,7 @@ def discover_tables(
     from pyiceberg.exceptions import NoSuchNamespaceError
 
     found: list[TableRef] = []
+    skip = set(excluded)
     for namespace in list_namespaces(catalog, namespaces):
         try:
             identifiers = catalog.list_tables(namespace)
@@ -58,7 +60,7 @@ def discover_tables(
                 ref = TableRef(".".join(identifier[:-1]), identifier[-1])
             except InvalidIdentifierError:
                 continue
-            if not ref.is_internal and ref.key != log_table:
+            if not ref.is_internal and ref.key not in skip:
                 found.append(ref)
     return sorted(found)
 

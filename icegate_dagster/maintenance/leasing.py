@@ -104,7 +104,8 @@ class TableLeasing:
             )
         return Outcome.skip(
             f"{key} is being maintained by {other.describe()}; "
-            f"waited {self.config.lock_wait.total_seconds():g}s, left it alone"
+            f"waited {self.config.lock_wait.total_seconds():g}s, left it alone",
+            held_elsewhere=True,
         )
 
     def _guard(self, key: str, lease: Lease | None) -> Callable[[], None]:

@@ -19,6 +19,7 @@ from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import log_upkeep
+from icegate_dagster.maintenance.deferred_orphans import candidates_table
 from icegate_dagster.maintenance.discovery import (
     TableLocations,
     discover_tables,
@@ -123,8 +124,10 @@ class Maintainer:
         return TableRef.parse(self.config.log_table)
 
     def discover(self) -> list[TableRef]:
-        """Tables of the configured namespaces, ``_``-prefixed ones and the log table left out."""
-        return discover_tables(self.catalog, self.config.namespaces, self.log_table.key)
+        """Tables of the configured namespaces; ``_``-prefixed ones, the log table and the
+        orphan-candidates table left out."""
+        own = (self.log_table.key, candidates_table(self.config).key)
+        return discover_tables(self.catalog, self.config.namespaces, own)
 
     def resolve(self, name: str) -> TableRef:
         """Parse a user-given ``namespace.table`` and check that the table exists."""
@@ -180,12 +183,12 @@ class Maintainer:
         self, ref: TableRef, before: TableStats, after: TableStats, outcome: Outcome
     ) -> tuple[TableStats, TableStats]:
         """Live rows before and after an operation that ran, for ``rows_preserved``:
-        counted only where a table has delete files, and only when a commit happened or
-        Spark is already up (a pass that changed nothing starts no JVM to count). The
-        snapshot before is counted now, while no expiry can have removed it yet."""
+        counted only where a table has delete files, and only when the operation committed
+        (an unchanged table needs no count: no scan, no JVM). The snapshot before is
+        counted now, while no expiry can have removed it yet."""
         changed = before.snapshot_id != after.snapshot_id
         unknown = before.live_rows is None or after.live_rows is None
-        if not unknown or not (changed or self._spark is not None):
+        if not unknown or not changed:  # no commit: rows_preserved needs no count
             return before, after
         try:
             before = self.count_live_rows(ref, before)

@@ -134,6 +134,12 @@ class ManifestWalk:
     manifests: int = 0
     #: Manifests under :data:`SMALL_MANIFEST_SHARE` of the table's manifest target size.
     small_manifests: int = 0
+    #: Small manifests of the current partition spec: the ones Iceberg's rewrite merges
+    #: (the Spark procedure leaves other specs' manifests alone).
+    rewritable_small_manifests: int = 0
+    #: About how many manifests a rewrite leaves: the other specs' as they are, the current
+    #: spec's bytes at the table's manifest target size.
+    manifests_after_rewrite: int = 0
 
     @property
     def delete_files(self) -> int:
@@ -285,7 +291,13 @@ class _Walker:
         self.affected |= partitions
         self.totals["deleted_rows"] += records
 
-    def result(self, manifests: int = 0, small_manifests: int = 0) -> ManifestWalk:
+    def result(
+        self,
+        manifests: int = 0,
+        small_manifests: int = 0,
+        rewritable_small_manifests: int = 0,
+        manifests_after_rewrite: int = 0,
+    ) -> ManifestWalk:
         for paths in self.partition_paths.values():
             paths.sort()
         for delete_file, seq in self.deletes:
@@ -324,6 +336,8 @@ class _Walker:
             max_partition_position_deletes=max(self.position_per_partition.values(), default=0),
             manifests=manifests,
             small_manifests=small_manifests,
+            rewritable_small_manifests=rewritable_small_manifests,
+            manifests_after_rewrite=manifests_after_rewrite,
         )
 
 
@@ -367,8 +381,16 @@ def walk(table: Table, rules: WalkRules) -> ManifestWalk:
         for manifest in manifests
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     )
-    small = SMALL_MANIFEST_SHARE * _manifest_target(table)
-    return walker.result(len(manifests), sum(1 for m in manifests if m.manifest_length < small))
+    target = _manifest_target(table)
+    small = SMALL_MANIFEST_SHARE * target
+    current = [m for m in manifests if m.partition_spec_id == table.metadata.default_spec_id]
+    current_bytes = sum(m.manifest_length for m in current)
+    return walker.result(
+        len(manifests),
+        sum(1 for m in manifests if m.manifest_length < small),
+        sum(1 for m in current if m.manifest_length < small),
+        len(manifests) - len(current) + -(-current_bytes // max(target, 1)),
+    )
 
 
 def walk_entries(

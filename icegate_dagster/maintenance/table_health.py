@@ -67,9 +67,15 @@ compacted idle table stays healthy however long nobody touches it.
   ``health.delete_files`` and one partition holds
   ``max(health.delete_files, rewrite_position_delete_files.min_input_files)`` of them,
   or ``health.delete_files`` position delete files are dangling (the operation drops them);
-- ``rewrite_manifests``: manifests reach ``health.manifests``, or small manifests
-  ``health.small_manifests``;
-- ``expire_snapshots``: an expiry now would remove a snapshot.
+- ``rewrite_manifests``: manifests reach ``health.manifests``, or small manifests of the
+  current partition spec ``health.small_manifests``, and a rewrite would remove at least
+  half that threshold (it leaves other specs' manifests, as the Spark procedure does, and
+  about one per ``commit.manifest.target-size-bytes`` of the rest): a large table's
+  manifests that are already at their target size are no reason to run again;
+- ``expire_snapshots``: ``health.expirable_snapshots`` snapshots, and a tenth of the
+  table's, can expire (a steady writer always has one just past retention: it must not
+  get a run every interval), and never where ``gc.enabled=false`` (the operation is
+  skipped there).
 
 ``retention`` and ``remove_orphan_files`` are never due from metadata: one needs a data
 read to know whether any row is past its TTL, the other a listing of the table's folder.
@@ -102,6 +108,7 @@ from icegate_dagster.maintenance.manifest_walk import (
     WalkRules,
     walk,
 )
+from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.ops.expire_snapshots import expirable_snapshots
 from icegate_dagster.maintenance.wal import compaction_due
 from icegate_dagster.render import human_bytes
@@ -192,6 +199,11 @@ class HealthMetrics:
     delete_affected_bytes: int = 0
     position_delete_bytes: int = 0
     wal_quarantined: int = 0
+    #: Small manifests of the current partition spec (what a rewrite merges); None
+    #: (hand-built): ``small_manifests``.
+    rewritable_small_manifests: int | None = None
+    #: About how many manifests a rewrite would leave; None (hand-built): one.
+    manifests_after_rewrite: int | None = None
 
     @property
     def delete_files(self) -> int:
@@ -354,7 +366,10 @@ def collect_metrics(
         manifests=figures.manifests,
         small_manifests=figures.small_manifests,
         snapshots=len(snapshots),
-        expirable_snapshots=expirable_snapshots(table, settings.expire_snapshots, now),
+        # Where gc.enabled=false the operation is skipped: nothing is ever due for it.
+        expirable_snapshots=(
+            0 if gc_disabled(table) else expirable_snapshots(table, settings.expire_snapshots, now)
+        ),
         oldest_snapshot_at=(
             _instant(min(s.timestamp_ms for s in snapshots)) if snapshots else None
         ),
@@ -371,6 +386,8 @@ def collect_metrics(
         delete_affected_bytes=figures.delete_affected_bytes,
         position_delete_bytes=figures.position_delete_bytes,
         wal_quarantined=wal.quarantined if wal is not None else 0,
+        rewritable_small_manifests=figures.rewritable_small_manifests,
+        manifests_after_rewrite=figures.manifests_after_rewrite,
     )
 
 
@@ -521,26 +538,39 @@ def _due(
         due.append(DueOperation("rewrite_position_delete_files", "; ".join(position_reasons)))
         work += metrics.position_delete_bytes
 
+    # Only what a rewrite can reduce: it leaves other specs' manifests (the procedure) and
+    # about one per target size of the rest, or it would be due again after every run.
+    after = metrics.manifests_after_rewrite if metrics.manifests_after_rewrite is not None else 1
+    reducible = metrics.manifests - after
+    small = (
+        metrics.rewritable_small_manifests
+        if metrics.rewritable_small_manifests is not None
+        else metrics.small_manifests
+    )
     manifest_reasons = []
-    if metrics.manifests >= thresholds.manifests:
-        manifest_reasons.append(f"{metrics.manifests} manifests; due at {thresholds.manifests}")
-    if metrics.small_manifests >= thresholds.small_manifests:
+    if metrics.manifests >= thresholds.manifests and reducible >= thresholds.manifests // 2:
         manifest_reasons.append(
-            f"{metrics.small_manifests} of {metrics.manifests} manifests are small (under "
-            f"{SMALL_MANIFEST_SHARE:.0%} of the manifest target size); due at "
-            f"{thresholds.small_manifests}"
+            f"{metrics.manifests} manifests, about {after} after a rewrite; due at "
+            f"{thresholds.manifests}"
+        )
+    if small >= thresholds.small_manifests and reducible >= thresholds.small_manifests // 2:
+        manifest_reasons.append(
+            f"{small} of {metrics.manifests} manifests are small (under "
+            f"{SMALL_MANIFEST_SHARE:.0%} of the manifest target size), about {after} after "
+            f"a rewrite; due at {thresholds.small_manifests}"
         )
     if manifest_reasons:
         due.append(DueOperation("rewrite_manifests", "; ".join(manifest_reasons)))
 
-    if metrics.expirable_snapshots > 0:
+    expire_at = max(thresholds.expirable_snapshots, -(-metrics.snapshots // 10))
+    if metrics.expirable_snapshots >= expire_at:
         rule = settings.expire_snapshots
         due.append(
             DueOperation(
                 "expire_snapshots",
                 f"{metrics.expirable_snapshots} of {metrics.snapshots} snapshots can expire "
                 f"(older than {format_duration(rule.retention_threshold)}, beyond the last "
-                f"{rule.retain_last} and the branch and tag heads); due at 1",
+                f"{rule.retain_last} and the branch and tag heads); due at {expire_at}",
             )
         )
     return due, min(work, metrics.data_bytes + metrics.wal_bytes + metrics.position_delete_bytes)

@@ -22,7 +22,13 @@ from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import HEALTH_SENSOR, STATE_TAG, TABLE_TAG, TRIGGER_TAG
+from icegate_dagster.runs import (
+    HEALTH_SENSOR,
+    STATE_TAG,
+    TABLE_TAG,
+    TRIGGER_TAG,
+    trigger_history,
+)
 from icegate_dagster.sensors import table_health_sensor
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
@@ -40,7 +46,8 @@ GHOST = "lakehouse.ghost"
 def _lakehouse(factory: LakehouseFactory, **maintain: Any) -> Lakehouse:
     lh = factory(
         maintain={
-            "health": {"small_files": 5},
+            # OLD's two expirable snapshots make expiry due (default: 10 of them).
+            "health": {"small_files": 5, "expirable_snapshots": 1},
             "tables": {OLD: {"expire_snapshots": {"retention_threshold": "1s"}}},
             **maintain,
         }
@@ -321,3 +328,34 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert metadata["least_healthy"].splitlines()[2].startswith(f"| {BUSY} |")
     recorded = instance.fetch_materializations(LAKEHOUSE_HEALTH, limit=1).records
     assert recorded and recorded[0].run_id == result.run_id
+
+
+def _run_record(run_id: str, status: dg.DagsterRunStatus, state: str, end: float) -> Any:
+    run = dg.DagsterRun(
+        job_name="maintenance_job", run_id=run_id, status=status, tags={STATE_TAG: state}
+    )
+    stamp = datetime.fromtimestamp(end, UTC)
+    return dg.RunRecord(
+        storage_id=1,
+        dagster_run=run,
+        create_timestamp=stamp,
+        update_timestamp=stamp,
+        start_time=end - 5,
+        end_time=end,
+    )
+
+
+def test_a_run_another_maintainer_kept_from_its_table_settles_nothing() -> None:
+    done = [_run_record("r1", dg.DagsterRunStatus.SUCCESS, "s1", 100.0)]
+    assert trigger_history(done, {}, "s1")[2] == "run r1 already succeeded on this table state"
+    # Its operations were skipped (the table was held elsewhere): the work may still be due.
+    failures, attempts, settled = trigger_history(done, {}, "s1", frozenset({"r1"}))
+    assert (failures, attempts, settled) == (None, 1, None)
+    # Two failures in a row, newest first: counted, with the newest end.
+    failed = [
+        _run_record("r3", dg.DagsterRunStatus.FAILURE, "s1", 300.0),
+        _run_record("r2", dg.DagsterRunStatus.SUCCESS, "s1", 200.0),
+        *done,
+    ]
+    counted, _, _ = trigger_history(failed, {"r2": 1}, "s1")
+    assert counted == (2, datetime.fromtimestamp(300.0, UTC))

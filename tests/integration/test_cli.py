@@ -38,6 +38,8 @@ def test_discovery_leaves_out_the_log_table_whatever_its_name(
     lh = lakehouse_factory(maintain={"log_table": "lakehouse.maintenance_log"})
     lh.add_table("lakehouse.logs", appends=1)
     lh.add_table("lakehouse.maintenance_log", appends=1)
+    # Beside a log table named without "_", the orphan candidates live in orphan_candidates.
+    lh.add_table("lakehouse.orphan_candidates", appends=1)
 
     assert run_cli(["discover", "--config", str(lh.config_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == ["lakehouse.logs"]
@@ -127,3 +129,26 @@ def test_migrate_creates_the_icegate_tables_then_changes_nothing(
     assert first.count("created") == 4
     assert [t["action"] for t in second["tables"]] == ["unchanged"] * 4
     assert run_cli(["migrate", *config, "--namespace", "a.b"]) == 2
+
+
+def test_status_reports_a_table_with_a_lost_manifest_on_its_own_row(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lh = lakehouse_factory()
+    lh.add_table("lakehouse.logs", appends=2)
+    lh.add_table("lakehouse.broken", appends=2)
+    snapshot = lh.table("lakehouse.broken").current_snapshot()
+    assert snapshot is not None
+    manifest = snapshot.manifests(lh.table("lakehouse.broken").io)[0].manifest_path
+    Path(manifest.removeprefix("file://").removeprefix("file:")).unlink()
+
+    code = run_cli(["status", "--config", str(lh.config_path), "--json"])
+    rows = {row["table"]: row for row in json.loads(capsys.readouterr().out)}
+    assert code == 1
+    assert rows["lakehouse.logs"]["error"] is None
+    assert rows["lakehouse.logs"]["health"]["score"] > 0
+    assert rows["lakehouse.broken"]["stats"] is None
+    assert (
+        "FileNotFoundError" in rows["lakehouse.broken"]["error"]
+        or "No such file" in (rows["lakehouse.broken"]["error"])
+    )

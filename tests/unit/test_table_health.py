@@ -202,23 +202,54 @@ def test_deletes_the_rewrite_would_not_pick_do_not_make_optimize_due() -> None:
 def test_manifests_due_by_count_or_by_small_ones() -> None:
     assert judge(metrics(manifests=99, small_manifests=0)).due == ()
     by_count = judge(metrics(manifests=100, small_manifests=0))
-    assert by_count.reason("rewrite_manifests") == "100 manifests; due at 100"
+    assert by_count.reason("rewrite_manifests") == (
+        "100 manifests, about 1 after a rewrite; due at 100"
+    )
     assert by_count.penalties["manifests"] == 10.0
     by_small = judge(metrics(manifests=60, small_manifests=50))
     assert by_small.reason("rewrite_manifests") == (
-        "50 of 60 manifests are small (under 75% of the manifest target size); due at 50"
+        "50 of 60 manifests are small (under 75% of the manifest target size), about 1 "
+        "after a rewrite; due at 50"
     )
     assert by_small.work_bytes == 0  # metadata only
 
 
+def test_manifests_a_rewrite_cannot_reduce_are_never_due() -> None:
+    # 120 manifests already at their target size: a rewrite would leave about as many.
+    full = judge(metrics(manifests=120, small_manifests=0, manifests_after_rewrite=110))
+    assert full.due == () and full.penalties["manifests"] == 10.0
+    # 60 small manifests of an older partition spec, which Iceberg's procedure leaves.
+    old_spec = metrics(
+        manifests=61, small_manifests=60, rewritable_small_manifests=1, manifests_after_rewrite=61
+    )
+    assert judge(old_spec).due == ()
+    # Half the threshold reducible is enough.
+    half = judge(metrics(manifests=100, small_manifests=0, manifests_after_rewrite=50))
+    assert half.due_operations == ("rewrite_manifests",)
+
+
 def test_expirable_snapshots_make_expiry_due() -> None:
-    health = judge(metrics(snapshots=10, expirable_snapshots=3))
+    health = judge(metrics(snapshots=30, expirable_snapshots=10))
     assert health.due_operations == ("expire_snapshots",)
     assert health.reason("expire_snapshots") == (
-        "3 of 10 snapshots can expire (older than 7d, beyond the last 1 and the branch "
-        "and tag heads); due at 1"
+        "10 of 30 snapshots can expire (older than 7d, beyond the last 1 and the branch "
+        "and tag heads); due at 10"
     )
-    assert health.penalties["snapshots"] == 3.0  # 30 % of the snapshots are dead weight
+    assert round(health.penalties["snapshots"], 1) == 3.3  # a third is dead weight
+    # A few expirable snapshots cost points but make no run: the daily pass expires them.
+    few = judge(metrics(snapshots=10, expirable_snapshots=3))
+    assert few.due == () and few.penalties["snapshots"] == 3.0
+    # A steady writer with a long history always has some just past retention: at least
+    # a tenth of its snapshots must be expirable before it gets a run for them.
+    steady = judge(metrics(snapshots=10_000, expirable_snapshots=50))
+    assert steady.due == ()
+    assert judge(metrics(snapshots=10_000, expirable_snapshots=1000)).due_operations == (
+        "expire_snapshots",
+    )
+    lowered = settings_with(health={"expirable_snapshots": 3})
+    assert judge(metrics(snapshots=10, expirable_snapshots=3), lowered).due_operations == (
+        "expire_snapshots",
+    )
     # Many young snapshots cost points by count alone (alert level max_snapshots), none due.
     many = judge(metrics(snapshots=100, expirable_snapshots=0))
     assert many.due == () and many.penalties["snapshots"] == 10.0
@@ -377,5 +408,10 @@ def test_one_manifest_walk_per_table_version(
     # Time moves on, the metadata does not: expiry figures are computed afresh.
     later = collect_metrics(table, "unit.events", DEFAULTS, NOW + timedelta(days=3650), cache=cache)
     assert later.expirable_snapshots == 3
-    assert judge(later).due_operations == ("expire_snapshots",)
+    lowered = settings_with(health={"expirable_snapshots": 3})
+    assert judge(later, lowered).due_operations == ("expire_snapshots",)
     assert len(walks) == 2
+    # Where gc.enabled=false expiry is skipped: it is never due there.
+    table.transaction().set_properties({"gc.enabled": "false"}).commit_transaction()
+    no_gc = collect_metrics(table, "unit.events", DEFAULTS, NOW + timedelta(days=3650))
+    assert no_gc.expirable_snapshots == 0 and judge(no_gc, lowered).due == ()

@@ -39,11 +39,14 @@ _SOURCE_SNAPSHOT = "source-snapshot-id"  # set on a cherry-picked snapshot
 
 
 def _ancestors(table: Table, snapshot_id: int) -> Iterator[Snapshot]:
-    snapshot = table.snapshot_by_id(snapshot_id)
+    # One lookup table per walk: pyiceberg's snapshot_by_id scans the whole list, which
+    # made a walk quadratic (54 s for 60,000 snapshots) where the health sensor runs it.
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    snapshot = by_id.get(snapshot_id)
     while snapshot is not None:
         yield snapshot
         parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        snapshot = by_id.get(parent) if parent is not None else None
 
 
 def expiring_snapshots(
@@ -355,7 +358,7 @@ def unused_metadata(
     """
     metadata = table.metadata
     kept_snapshots = sorted(
-        (s for s in (table.snapshot_by_id(i) for i in kept) if s is not None),
+        (s for s in metadata.snapshots if s.snapshot_id in kept),
         key=lambda s: s.timestamp_ms,
         reverse=True,
     )
