@@ -167,11 +167,15 @@ class OrphanTablesConfig(dg.Config):
 def _orphan_step_end(
     context: dg.OpExecutionContext,
     what: str,
+    results: Sequence[Any],
     metadata: dict[str, Any],
     failed: dict[str, str],
 ) -> None:
-    """Attach ``metadata`` to the step; fail it at the end, naming each failing table, when
-    any failed (every other table was done first)."""
+    """Log each table's result, attach ``metadata`` to the step; fail it at the end, naming
+    each failing table, when any failed (every other table was done first)."""
+    for result in results:
+        log = context.log.info if result.ok else context.log.error
+        log(f"{result.table}: {result.status}: {result.details}")
     if failed:
         named = "; ".join(f"{table}: {error}" for table, error in failed.items())
         raise dg.Failure(
@@ -193,9 +197,6 @@ def collect_orphans(
 
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     results = deferred.collect(maintainer, config.tables)
-    for result in results:
-        log = context.log.info if result.ok else context.log.error
-        log(f"{result.table}: {result.status}: {result.details}")
     metadata: dict[str, Any] = {
         "candidates_table": deferred.candidates_table(maintainer.config).key,
         "tables": len(results),
@@ -205,7 +206,7 @@ def collect_orphans(
         "results": dg.MetadataValue.json([r.as_dict() for r in results]),
     }
     failed = {r.table: r.details for r in results if not r.ok}
-    _orphan_step_end(context, "collecting orphans", metadata, failed)
+    _orphan_step_end(context, "collecting orphans", results, metadata, failed)
 
 
 @dg.op(
@@ -223,9 +224,6 @@ def delete_collected_orphans(
 
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     results = deferred.delete_collected(maintainer, config.tables)
-    for result in results:
-        log = context.log.info if result.ok else context.log.error
-        log(f"{result.table}: {result.status}: {result.details}")
     metadata: dict[str, Any] = {
         "candidates_table": deferred.candidates_table(maintainer.config).key,
         "tables": len(results),
@@ -236,7 +234,7 @@ def delete_collected_orphans(
         "results": dg.MetadataValue.json([r.as_dict() for r in results]),
     }
     failed = {r.table: r.problem for r in results if r.problem is not None}
-    _orphan_step_end(context, "deleting collected orphans", metadata, failed)
+    _orphan_step_end(context, "deleting collected orphans", results, metadata, failed)
 
 
 @dg.job(

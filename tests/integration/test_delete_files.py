@@ -9,14 +9,13 @@ compares the rows a reader sees, which applying deletes does not change.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.health import CheckOutcome, evaluate_health
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.spark_session import get_spark
+from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 KEY = "lakehouse.orders"
@@ -63,18 +62,7 @@ def delete_files(lh: Lakehouse, name: str) -> list[tuple[str, str | None]]:
 def duckdb_rows(lh: Lakehouse) -> list[tuple[Any, ...]]:
     """The table's rows read by DuckDB's iceberg extension: a reader that shares no code
     with Spark or pyiceberg (it applies position deletes and deletion vectors itself)."""
-    import duckdb
-
-    spec = importlib.util.find_spec("duckdb_ext")
-    assert spec is not None and spec.submodule_search_locations, "duckdb-ext-iceberg missing"
-    [folder] = {
-        path.parent
-        for root in spec.submodule_search_locations
-        for path in Path(root).glob(f"extensions/v{duckdb.__version__}/*/iceberg.duckdb_extension")
-    }
-    con = duckdb.connect()
-    for extension in ("avro", "iceberg"):
-        con.execute(f"LOAD '{folder / f'{extension}.duckdb_extension'}'")
+    con = duckdb_iceberg()
     metadata = lh.table(KEY).metadata_location
     return [
         tuple(row)

@@ -4,7 +4,6 @@ the real expiry then frees on disk."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -21,6 +20,7 @@ from icegate_dagster.cli import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.ops.compute_table_stats import NDV_BLOB
+from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
 STATS = "lakehouse.stats"
@@ -158,18 +158,7 @@ def _evolve_then_rewrite(lh: Lakehouse) -> None:
 def _duckdb_rows(lh: Lakehouse) -> Counter[tuple[Any, ...]]:
     """The table's rows as DuckDB's iceberg extension reads its current metadata file: a
     reader sharing no code with Spark or pyiceberg, so the trimmed metadata stays valid."""
-    import duckdb
-
-    spec = importlib.util.find_spec("duckdb_ext")
-    assert spec is not None and spec.submodule_search_locations, "duckdb-ext-iceberg missing"
-    [folder] = {
-        path.parent
-        for root in spec.submodule_search_locations
-        for path in Path(root).glob(f"extensions/v{duckdb.__version__}/*/iceberg.duckdb_extension")
-    }
-    con = duckdb.connect()
-    for extension in ("avro", "iceberg"):
-        con.execute(f"LOAD '{folder / f'{extension}.duckdb_extension'}'")
+    con = duckdb_iceberg()
     query = "SELECT id, service, body, tenant FROM iceberg_scan(?)"
     return Counter(
         tuple(r) for r in con.execute(query, [lh.table(TABLE).metadata_location]).fetchall()

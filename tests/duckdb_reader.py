@@ -1,0 +1,26 @@
+"""DuckDB with its iceberg extension: a reader of Iceberg tables that shares no code with
+Spark or pyiceberg (it applies position deletes and deletion vectors itself)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+
+def duckdb_iceberg() -> Any:
+    """A DuckDB connection with the ``avro`` and ``iceberg`` extensions loaded from the
+    ``duckdb-ext-*`` PyPI packages (no network): query with ``iceberg_scan(<metadata>)``."""
+    import duckdb
+
+    spec = importlib.util.find_spec("duckdb_ext")
+    assert spec is not None and spec.submodule_search_locations, "duckdb-ext-iceberg missing"
+    [folder] = {
+        path.parent
+        for root in spec.submodule_search_locations
+        for path in Path(root).glob(f"extensions/v{duckdb.__version__}/*/iceberg.duckdb_extension")
+    }
+    con = duckdb.connect()
+    for extension in ("avro", "iceberg"):
+        con.execute(f"LOAD '{folder / f'{extension}.duckdb_extension'}'")
+    return con
