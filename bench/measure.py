@@ -142,7 +142,7 @@ class SideFailed(RuntimeError):
         self.run = run
 
 
-def _settle(pids: set[int], timeout: float = SETTLE_S) -> None:
+def settle(pids: set[int], timeout: float = SETTLE_S) -> None:
     """Wait until the JVMs a finished process left behind have exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
@@ -182,7 +182,7 @@ def run_process(
                 code = proc.wait()
                 code = -9
             seconds = time.perf_counter() - started
-    _settle(memory.jvm_pids)
+    settle(memory.jvm_pids)
     run = ProcessRun(
         list(argv),
         seconds,

@@ -7,7 +7,8 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, query, batching. ``--reps`` (default 3) repetitions of each comparison;
+sensor, health_sensor, query, batching, daemon. ``--reps`` (default 3) repetitions of each
+comparison;
 ``--big-reps`` (default 1) for the 1,000-table sizes; ``--scale-max 1000`` adds 1,000
 tables to ``scale_compaction`` (default 100); ``ICEGATE_BENCH_GB`` (default 1) sizes
 ``throughput``. ``--quick`` is a smoke test: 1 repetition, a few tables and files, a
@@ -48,11 +49,12 @@ from typing import Any
 import yaml
 
 from bench import fixtures
+from bench.daemon import daemon_until_healthy
+from bench.daemon import describe as describe_daemon
 from bench.fixtures import Lakehouse, Template, make_lakehouse
 from bench.measure import ProcessRun, SideFailed, run_process
 
 REPO = Path(__file__).resolve().parent.parent
-
 
 # -- settings ---------------------------------------------------------------------------------
 
@@ -67,6 +69,9 @@ class Settings:
     quick: bool = False
     timeout: float = 7200.0
     gigabytes: float = 1.0
+    #: ``daemon``'s lakehouse sizes, and the instance settings its daemon runs with.
+    daemon_tables: tuple[int, ...] = (20, 100)
+    dagster_yaml: Path = REPO / "dagster.yaml"
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -831,6 +836,97 @@ def bench_batching(work: Path, settings: Settings) -> list[Figure]:
     ]
 
 
+def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
+    """N due tables (15 small files each) brought to health by Dagster's daemon alone vs.
+    one cold ``icegate-maintain run`` over an identical lakehouse (see ``bench.daemon``)."""
+    sizes: tuple[int, ...] = settings.pick(settings.daemon_tables, (3,))
+    maintain = {"expire_snapshots": {"retention_threshold": "1s"}}
+    figures: list[Figure] = []
+    for size in sizes:
+
+        def build(name: str, size: int = size) -> Callable[[Path], list[str]]:
+            def make(root: Path) -> list[str]:
+                lake = make_lakehouse(root, name, maintain=maintain)
+                return fixtures.small_file_tables(lake, size, 15, 200)
+
+            return make
+
+        cli = built(
+            f"CLI side, {size} tables", lambda b=build: Template(work / "cli", b("bench_cli"))
+        )
+        dmn = built(
+            f"daemon side, {size} tables",
+            lambda b=build: Template(work / "daemon", b("bench_daemon")),
+        )
+
+        def run_cli(size: int = size, cli: Template = cli) -> Sample:
+            root = cli.restore()
+
+            def check(run: ProcessRun) -> dict[str, Any]:
+                found = all_ok(cli_json(run), size)
+                done = [op for op in ops_named(found, "optimize") if op["status"] == "completed"]
+                if len(done) != size:
+                    raise ValueError(f"optimize completed on {len(done)} of {size} tables")
+                return {}
+
+            argv = icegate("run", "--config", root / "icegate.yaml", "--json")
+            return cold(settings, f"icegate-maintain run ({size} tables)", argv, work, check)
+
+        def run_daemon(dmn: Template = dmn) -> Sample:
+            root = dmn.restore()
+            run = daemon_until_healthy(
+                root / "icegate.yaml",
+                dmn.value,
+                work / "daemon_run",
+                _env(),
+                settings.timeout,
+                settings.dagster_yaml,
+            )
+            print(f"      daemon: {describe_daemon(run)}", flush=True)
+            return Sample(
+                run.seconds,
+                run.peak_mb,
+                run.jvm,
+                {
+                    "run_seconds": run.run_seconds,
+                    "runs": run.runs,
+                    "first_start_s": run.first_start_s,
+                },
+            )
+
+        a, b = alternate([Side("daemon", run_daemon), Side("CLI", run_cli)], settings.reps)
+        wall_target = 1.5 if size <= 20 else 1.2
+        run_seconds = a.median("run_seconds")
+        extra = (
+            f"{size} tables x 15 small files; daemon: {a.median('runs'):g} runs, first run "
+            f"started {a.median('first_start_s'):.1f} s after the daemon's spawn"
+        )
+        figures += [
+            Figure(
+                f"daemon_{size}_wall",
+                a.seconds,
+                b.seconds,
+                "s",
+                f"<= {wall_target}x",
+                a.seconds <= wall_target * b.seconds,
+                note(settings.reps, a, b, extra=extra),
+            ),
+            Figure(
+                f"daemon_{size}_run_seconds",
+                run_seconds,
+                b.seconds,
+                "s",
+                "<= 1.5x",
+                run_seconds <= 1.5 * b.seconds,
+                f"sum of the daemon's run durations vs the CLI pass's wall time; "
+                f"peak MB daemon tree {a.peak_mb:.0f} vs CLI {b.peak_mb:.0f}",
+            ),
+        ]
+        cli.discard()
+        dmn.discard()
+    return figures
+
+
 BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "full_pass": bench_full_pass,
     "healthy": bench_healthy,
@@ -841,6 +937,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "health_sensor": bench_health_sensor,
     "query": bench_query,
     "batching": bench_batching,
+    "daemon": bench_daemon,
 }
 
 
@@ -866,6 +963,17 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=7200.0, help="seconds before a process is killed"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--daemon-tables",
+        default="20,100",
+        help="daemon: lakehouse sizes, comma-separated (default 20,100)",
+    )
+    parser.add_argument(
+        "--dagster-yaml",
+        type=Path,
+        default=REPO / "dagster.yaml",
+        help="daemon: the instance settings (default: the repo's dagster.yaml)",
+    )
     return parser
 
 
@@ -885,6 +993,8 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         timeout=args.timeout,
         gigabytes=float(os.environ.get("ICEGATE_BENCH_GB", "1")),
+        daemon_tables=tuple(int(n) for n in args.daemon_tables.split(",") if n),
+        dagster_yaml=args.dagster_yaml.resolve(),
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))

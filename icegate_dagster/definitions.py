@@ -8,6 +8,7 @@ from icegate_dagster.assets import (
     maintained_table,
     maintenance_log,
 )
+from icegate_dagster.batches import maintenance_batch_job
 from icegate_dagster.jobs import (
     collect_orphans_job,
     daily_maintenance,
@@ -24,6 +25,7 @@ defs = dg.Definitions(
     asset_checks=MAINTAINED_TABLE_CHECKS,
     jobs=[
         maintenance_job,
+        maintenance_batch_job,
         migrate_job,
         rollback_job,
         collect_orphans_job,

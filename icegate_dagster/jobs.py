@@ -13,6 +13,7 @@ from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.migrate import migrate, target_namespace
 from icegate_dagster.partitions import ICEBERG_TABLES
 from icegate_dagster.resources import LakehouseResource, SparkResource
+from icegate_dagster.runs import MAINTENANCE_TAGS
 
 # Dagster's run tags for a run over a range of partitions.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -25,11 +26,12 @@ maintenance_job = dg.define_asset_job(
     name="maintenance_job",
     selection=dg.AssetSelection.assets(maintained_table, maintenance_log).without_checks(),
     executor_def=dg.in_process_executor,
+    tags=MAINTENANCE_TAGS,
     description="Maintain the selected tables, then report the maintenance log.",
 )
 
 
-def batch_run_requests(
+def range_run_requests(
     keys: Sequence[str], run_key_prefix: str, batch_size: int = TABLES_PER_BACKFILL_RUN
 ) -> Iterator[dg.RunRequest]:
     """Runs covering ``keys`` in order, ``batch_size`` tables each (one Spark session per run)."""
@@ -59,7 +61,7 @@ def daily_maintenance(
             "turn on the iceberg_table_discovery sensor"
         )
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return batch_run_requests(list(keys), f"daily-{stamp}")
+    return range_run_requests(list(keys), f"daily-{stamp}")
 
 
 class MigrateConfig(dg.Config):
@@ -147,6 +149,7 @@ def rollback_table(
 
 @dg.job(
     name="rollback_job",
+    tags=MAINTENANCE_TAGS,
     description="Roll a table back to one of its snapshots (config: table, snapshot_id); logged.",
     executor_def=dg.in_process_executor,
 )
@@ -239,6 +242,7 @@ def delete_collected_orphans(
 
 @dg.job(
     name="collect_orphans_job",
+    tags=MAINTENANCE_TAGS,
     description="Record orphan candidates of the configured tables (op config `tables`; "
     "empty: every table) for a later delete_collected_orphans_job; deletes nothing.",
     executor_def=dg.in_process_executor,
@@ -250,6 +254,7 @@ def collect_orphans_job() -> None:
 
 @dg.job(
     name="delete_collected_orphans_job",
+    tags=MAINTENANCE_TAGS,
     description="Delete the collected orphan candidates still unreferenced, old and unchanged "
     "(op config `tables`; empty: every table); logged as remove_orphan_files.",
     executor_def=dg.in_process_executor,

@@ -1,6 +1,7 @@
 """Sensors: table discovery, WAL size and table health, all on metadata only (never a JVM)."""
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,20 +14,24 @@ from icegate_dagster.assets.lakehouse_health import (
     evaluate_health_trigger,
     lakehouse_health_metadata,
 )
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE, operations_run_config
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.batches import sensor_run_requests
+from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
-from icegate_dagster.errors import IcegateError
-from icegate_dagster.jobs import maintenance_job
+from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
+from icegate_dagster.maintenance.leasing import lease_store
+from icegate_dagster.maintenance.locks import RunLiveness
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_stats
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import (
+    BATCH_JOB,
     HEALTH_SENSOR,
-    STATE_TAG,
-    TABLE_TAG,
-    TRIGGER_TAG,
-    UNFINISHED,
+    WAL_SENSOR,
+    BatchEntry,
+    fail_dead_runs,
+    runs_by_table,
     unfinished_run_targets,
 )
 
@@ -124,6 +129,29 @@ def still_targeted(
     return deferred
 
 
+def settle_dead_runs(context: dg.SensorEvaluationContext, lakehouse: LakehouseResource) -> None:
+    """Mark failed the ``STARTED`` runs whose worker is gone (see ``runs.fail_dead_runs``),
+    so their tables are requested again and queued runs start. A lease store that cannot be
+    read leaves every run as it is, saying why."""
+    config = lakehouse.config()
+
+    def liveness(run_ids: list[str]) -> dict[str, RunLiveness]:
+        store = lease_store(config, lakehouse.catalog())
+        return store.run_liveness(run_ids) if store is not None else {}
+
+    try:
+        dead = fail_dead_runs(context.instance, liveness, config.locks.lease)
+    except Exception as exc:  # the sensor's own work goes on
+        error = describe_error(exc, lambda text: scrub(text, config))
+        context.log.warning(f"cannot check for runs whose worker is gone: {error}")
+        return
+    for run in dead:
+        tables = f" (tables: {', '.join(run.tables)})" if run.tables else ""
+        context.log.warning(
+            f"run {run.run_id} of {run.job_name}{tables} marked failed: {run.reason}"
+        )
+
+
 #: After a second failed WAL run of a backlog, the next attempt waits this long, doubling
 #: with each further failure...
 BACKOFF_BASE = timedelta(minutes=1)
@@ -159,6 +187,8 @@ def wal_backlogs(config: IcegateConfig, tables: list[str]) -> dict[str, tuple[Wa
 
 
 BACKLOG_TAG = "icegate/wal_backlog"
+#: The neediest table's need (100 - score) on a health trigger run.
+NEED_TAG = "icegate/need"
 
 
 def backlog_id(table: str, stats: WalStats) -> str:
@@ -167,25 +197,27 @@ def backlog_id(table: str, stats: WalStats) -> str:
 
 
 @dg.sensor(
-    name="wal_size_sensor",
-    job=maintenance_job,
+    name=WAL_SENSOR,
+    job_name=BATCH_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
-        "Requests a wal_compaction run of a table once its WAL reaches min_files or "
-        "min_size_bytes. Sizes the WAL from the file system only."
+        "Requests wal_compaction of the tables whose WAL reached min_files or min_size_bytes, "
+        "maintain.trigger.tables_per_run tables per run. Sizes the WAL from the file system "
+        "only."
     ),
 )
 def wal_size_sensor(
     context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """One run per backlog at a time: none while a run for it is unfinished, a new one after.
+    """One run per backlog at a time: none while a run covers the table, a new one after.
 
-    A backlog is the table plus its oldest waiting file. Its runs carry the tag
-    ``icegate/wal_backlog``; the ``run_key`` adds how many runs it had, so a run
-    that failed (the backlog is still there) is followed by a new attempt, while
-    repeated ticks during one attempt request the same key and Dagster launches
-    no duplicate.
+    A backlog is the table plus its oldest waiting file. The tables due at one tick share
+    runs of ``maintenance_batch_job`` (each doing ``wal_compaction`` only), each table
+    with its backlog as its state; the ``run_key`` adds how many runs the backlog had, so a
+    run that failed (the backlog is still there) is followed by a new attempt, while
+    repeated ticks during one attempt request the same key and Dagster launches no
+    duplicate.
     """
     config = lakehouse.config()
     if not config.wal_root:
@@ -204,23 +236,21 @@ def wal_size_sensor(
         return dg.SkipReason(
             f"no WAL over its thresholds: {waiting} files waiting across {len(tables)} tables"
         )
-    requests, busy, waiting_out = [], [], []
-    # A queued or running batch (schedule, backfill) that ingests the WAL covers the table.
+    settle_dead_runs(context, lakehouse)
+    entries: list[tuple[BatchEntry, str]] = []
+    busy, waiting_out = [], []
+    # A queued or running run that ingests the table's WAL covers it: one of ours, the
+    # schedule's, a backfill's.
     covered = unfinished_run_targets(context.instance, stored, wal_only=True)
+    history = runs_by_table(context.instance, WAL_SENSOR, due)
     now = datetime.now(UTC)
     for key, stats in due.items():
         backlog = backlog_id(key, stats)
-        records = context.instance.get_run_records(
-            filters=dg.RunsFilter(tags={BACKLOG_TAG: backlog})
-        )
-        runs = [record.dagster_run for record in records]
-        if any(run.status in UNFINISHED for run in runs):
-            busy.append(key)
-            continue
         if key in covered:
             busy.append(f"{key} ({covered[key]})")
             continue
-        failures, not_before = backoff_until(list(records))
+        records = [run.record for run in history.get(key, []) if run.state == backlog]
+        failures, not_before = backoff_until(records)
         if not_before is not None and now < not_before:
             waiting_out.append(
                 f"{key} ({failures} failed runs; next attempt after "
@@ -229,21 +259,15 @@ def wal_size_sensor(
             continue
         context.log.info(
             f"{key}: {stats.files} WAL files, {stats.bytes} bytes: compacting"
-            + (f" (attempt {len(runs) + 1})" if runs else "")
+            + (f" (attempt {len(records) + 1})" if records else "")
         )
-        requests.append(
-            dg.RunRequest(
-                run_key=f"wal:{key}:{backlog}:{len(runs)}",
-                partition_key=key,
-                run_config=operations_run_config(["wal_compaction"]),
-                tags={"icegate/trigger": "wal_size_sensor", BACKLOG_TAG: backlog},
-            )
-        )
+        entry = BatchEntry(key, ("wal_compaction",), backlog)
+        entries.append((entry, f"{key}:{backlog}:{len(records)}"))
     if waiting_out:
         context.log.warning(
             "backing off WAL backlogs whose runs keep failing: " + "; ".join(waiting_out)
         )
-    if not requests:
+    if not entries:
         reasons = []
         if busy:
             reasons.append(
@@ -253,32 +277,47 @@ def wal_size_sensor(
         if waiting_out:
             reasons.append("backing off after failed runs: " + "; ".join(waiting_out))
         return dg.SkipReason("; ".join(reasons))
-    return dg.SensorResult(run_requests=requests)
+
+    def backlog_tags(chunk: Sequence[BatchEntry]) -> dict[str, str]:
+        return {BACKLOG_TAG: chunk[0].state or ""} if len(chunk) == 1 else {}
+
+    return dg.SensorResult(
+        run_requests=sensor_run_requests(
+            entries,
+            trigger=WAL_SENSOR,
+            tables_per_run=config.trigger.tables_per_run,
+            tags=backlog_tags,
+        )
+    )
 
 
 @dg.sensor(
     name=HEALTH_SENSOR,
-    job=maintenance_job,
+    job_name=BATCH_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Assesses every table's health from its metadata (no JVM) and requests runs of the "
-        "tables with due operations, doing exactly those, neediest first within "
-        "maintain.trigger's budget; never a table with a run in flight, none more often than "
-        "its health.min_interval, backing off tables whose runs keep failing. Records "
-        "lakehouse_health at each evaluation."
+        "tables with due operations, each doing exactly its own, neediest first within "
+        "maintain.trigger's budget and up to maintain.trigger.tables_per_run tables per run; "
+        "never a table with a run in flight, none more often than its health.min_interval, "
+        "backing off tables whose runs keep failing. Marks failed the runs whose worker is "
+        "gone. Records lakehouse_health at each evaluation."
     ),
 )
 def table_health_sensor(
     context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """One run per selected table; a ``lakehouse_health`` materialization every evaluation.
+    """Runs of ``maintenance_batch_job`` for the selected tables; a ``lakehouse_health``
+    materialization every evaluation.
 
-    The runs carry ``icegate/trigger=table_health_sensor``, ``icegate/table`` and
-    ``icegate/table_state``; the ``run_key`` is the table, its state and the attempt on
-    that state, so ticks during one attempt request the same key (Dagster launches no
-    duplicate) while a failed attempt is followed by a new one (after its back-off).
-    The cursor is the table the next evaluation starts at when one ran out of time.
+    The runs carry ``icegate/trigger=table_health_sensor`` and ``icegate/need`` (the
+    neediest table's); each table's state is in the run config (and in ``icegate/table``
+    and ``icegate/table_state`` on a one-table run). The ``run_key`` is made of each table,
+    its state and the attempt on that state, so ticks during one attempt request the same
+    key (Dagster launches no duplicate) while a failed attempt is followed by a new one
+    (after its back-off). The cursor is the table the next evaluation starts at when one
+    ran out of time.
     """
     tables = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
     if not tables:
@@ -286,6 +325,8 @@ def table_health_sensor(
             "no tables are partitions of maintained_table yet: "
             "turn on the iceberg_table_discovery sensor"
         )
+    settle_dead_runs(context, lakehouse)
+    config = lakehouse.config()
     evaluation = evaluate_health_trigger(
         context.instance,
         lakehouse,
@@ -295,7 +336,7 @@ def table_health_sensor(
         seconds=ASSESS_SECONDS,
     )
     selection = evaluation.selection
-    report = evaluation.report(lakehouse.config().defaults.health.min_score)
+    report = evaluation.report(config.defaults.health.min_score)
     for key, error in sorted(evaluation.errors.items()):
         context.log.warning(f"{key}: cannot assess its health, skipped: {error}")
     if evaluation.resume_at is not None:
@@ -309,7 +350,8 @@ def table_health_sensor(
             "backing off tables whose runs keep failing: "
             + "; ".join(f"{s.table} ({s.reason})" for s in backing_off)
         )
-    requests = []
+    entries: list[tuple[BatchEntry, str]] = []
+    needs: dict[str, float] = {}
     for request in selection.requested:
         state = evaluation.states[request.table]
         attempt = evaluation.attempts.get(request.table, 0)
@@ -319,19 +361,23 @@ def table_health_sensor(
             + ": "
             + "; ".join(request.reasons)
         )
-        requests.append(
-            dg.RunRequest(
-                run_key=f"health:{request.table}:{state}:{attempt}",
-                partition_key=request.table,
-                run_config=operations_run_config(list(request.operations)),
-                tags={
-                    TRIGGER_TAG: HEALTH_SENSOR,
-                    TABLE_TAG: request.table,
-                    STATE_TAG: state,
-                    "icegate/need": f"{request.need:g}",
-                },
+        entries.append(
+            (
+                BatchEntry(request.table, request.operations, state),
+                f"{request.table}:{state}:{attempt}",
             )
         )
+        needs[request.table] = request.need
+
+    def need_tag(chunk: Sequence[BatchEntry]) -> dict[str, str]:
+        return {NEED_TAG: f"{max(needs[entry.table] for entry in chunk):g}"}
+
+    requests = sensor_run_requests(
+        entries,
+        trigger=HEALTH_SENSOR,
+        tables_per_run=config.trigger.tables_per_run,
+        tags=need_tag,
+    )
     event = dg.AssetMaterialization(
         asset_key=LAKEHOUSE_HEALTH,
         description=describe(report),

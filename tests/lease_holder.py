@@ -1,4 +1,5 @@
-"""A second maintainer process that holds one table's lease, for lease tests on any catalog."""
+"""A second maintainer process that holds one table's lease, or keeps one run's heartbeat,
+for lease and dead-run tests on any catalog."""
 
 from __future__ import annotations
 
@@ -17,19 +18,33 @@ from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.locks import LockHolder, holder_description
 locks = Maintainer(load_config(sys.argv[1])).leasing.locks
-with locks.hold(sys.argv[2], holder_description("other-run"), timedelta(0)) as held:
+with locks.hold(sys.argv[2], holder_description(sys.argv[3]), timedelta(0)) as held:
     assert not isinstance(held, LockHolder)
     print("holding", flush=True)
     sys.stdin.read()
 """
 
+#: Keeps run ``argv[2]``'s heartbeat as a Dagster run worker does, until it is killed.
+BEATER = """
+import sys, threading
+from icegate_dagster.config import load_config
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.maintenance.locks import holder_description
+locks = Maintainer(load_config(sys.argv[1])).leasing.locks
+locks.start_heartbeat(sys.argv[2], holder_description(sys.argv[2]), lambda: True)
+print("beating", flush=True)
+threading.Event().wait()
+"""
+
 
 @contextlib.contextmanager
-def held_by_another_process(config_path: Path, table: str) -> Iterator[int]:
-    """Another maintainer process holds ``table``; yields its pid (named in skip messages
-    as ``<host>:<pid>:other-run``)."""
+def held_by_another_process(
+    config_path: Path, table: str, run_id: str = "other-run"
+) -> Iterator[int]:
+    """Another maintainer process (of run ``run_id``) holds ``table``; yields its pid (named
+    in skip messages as ``<host>:<pid>:<run_id>``)."""
     holder = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-c", HOLDER, str(config_path), table],
+        [sys.executable, "-c", HOLDER, str(config_path), table, run_id],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -45,3 +60,20 @@ def held_by_another_process(config_path: Path, table: str) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             holder.kill()
             holder.wait()
+
+
+@contextlib.contextmanager
+def beating_in_another_process(config_path: Path, run_id: str) -> Iterator[subprocess.Popen[str]]:
+    """Another process keeps run ``run_id``'s heartbeat; yields it (kill it to make the run's
+    worker gone)."""
+    beater = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", BEATER, str(config_path), run_id],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert beater.stdout is not None and beater.stdout.readline().strip() == "beating"
+        yield beater
+    finally:
+        beater.kill()
+        beater.wait()

@@ -36,8 +36,7 @@ from icegate_dagster.partitions import ICEBERG_TABLES
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import (
     HEALTH_SENSOR,
-    TABLE_TAG,
-    TRIGGER_TAG,
+    runs_by_table,
     trigger_history,
     unfinished_run_targets,
 )
@@ -131,6 +130,7 @@ def evaluate_health_trigger(
     runnable = OPERATIONS.names()
     due = [key for key, h in healths.items() if set(h.due_operations) & set(runnable)]
     in_flight = unfinished_run_targets(instance, tables) if due else {}
+    sensor_runs = runs_by_table(instance, HEALTH_SENSOR, due, per_table=HISTORY) if due else {}
     last_maintained: dict[str, datetime] = {}
     failures: dict[str, tuple[int, datetime]] = {}
     settled: dict[str, str] = {}
@@ -146,15 +146,16 @@ def evaluate_health_trigger(
         held = frozenset(
             run_id for run_id, n in _figure_by_run(records, "ops_held_elsewhere").items() if n
         )
-        runs = list(
-            instance.get_run_records(
-                filters=dg.RunsFilter(tags={TRIGGER_TAG: HEALTH_SENSOR, TABLE_TAG: key}),
-                limit=HISTORY,
-            )
-        )
-        # A run that failed before recording the table has no materialization: its end
-        # counts as the table's last maintenance too, for health.min_interval.
-        ended = [r.end_time for r in runs if r.end_time is not None]
+        runs = sensor_runs.get(key, [])
+        # A run that ended without recording the table (canceled) has no materialization:
+        # its end counts as the table's last maintenance too, for health.min_interval. A
+        # failed one does not: failures are retried at once, then backed off (a run whose
+        # worker died is requested again at the next tick).
+        ended = [
+            r.record.end_time
+            for r in runs
+            if r.record.end_time is not None and r.run.status != dg.DagsterRunStatus.FAILURE
+        ]
         if ended:
             last_run = datetime.fromtimestamp(max(ended), UTC)
             last_maintained[key] = max(last_maintained.get(key, last_run), last_run)

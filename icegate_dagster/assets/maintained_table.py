@@ -12,6 +12,7 @@ run to some steps (the WAL sensor runs ``wal_compaction`` only).
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,16 +49,54 @@ MAINTAINED_TABLE = dg.AssetKey("maintained_table")
 POOL = "iceberg_maintenance"
 #: Tables per run when a backfill is split into batches; each batch shares one Spark session.
 TABLES_PER_BACKFILL_RUN = 25
+#: A step's per-table lines go to Dagster's log together, at most this often: every log
+#: line is an event the instance stores (tens of ms each on SQLite), and a run of a hundred
+#: tables would otherwise write hundreds of them.
+PROGRESS_SECONDS = 5.0
+
+
+class ProgressLog:
+    """A step's per-table lines, sent to the run's log a few at a time (every
+    :data:`PROGRESS_SECONDS`, and at the end), so progress stays visible without one event
+    per table; a failure goes out at once, on its own, as an error."""
+
+    def __init__(self, context: dg.OpExecutionContext, what: str) -> None:
+        self.context = context
+        self.what = what
+        self.lines: list[str] = []
+        self.sent = time.monotonic()
+        self.count = 0
+
+    def info(self, line: str) -> None:
+        """One table's line; sent with the others once enough time has passed."""
+        self.lines.append(line)
+        if time.monotonic() - self.sent >= PROGRESS_SECONDS:
+            self.flush()
+
+    def error(self, line: str) -> None:
+        """A failure: the lines before it, then it, at once."""
+        self.flush()
+        self.context.log.error(line)
+
+    def flush(self) -> None:
+        """Send the lines waiting (one log event)."""
+        if self.lines:
+            self.count += len(self.lines)
+            head = f"{self.what}: {len(self.lines)} table{'s' if len(self.lines) != 1 else ''}"
+            self.context.log.info(head + "\n" + "\n".join(self.lines))
+            self.lines = []
+        self.sent = time.monotonic()
 
 
 @dataclass
 class TableRun:
-    """One table's progress through the run's steps."""
+    """One table's progress through the run's steps, and the operations it does."""
 
     key: str
     ref: TableRef | None
     before: TableStats | None
     started: float
+    operations: tuple[str, ...]
     ops: list[OpResult] = field(default_factory=list)
     error: str | None = None
 
@@ -70,10 +109,9 @@ class TableRun:
 
 @dataclass
 class MaintenanceBatch:
-    """The tables of one run, passed from step to step, and the operations it runs."""
+    """The tables of one run, passed from step to step (each with its own operations)."""
 
     tables: list[TableRun]
-    operations: tuple[str, ...]
 
 
 class PlanConfig(dg.Config):
@@ -90,22 +128,29 @@ def operations_run_config(operations: list[str]) -> dict[str, Any]:
     return {"ops": {"maintained_table": {"ops": {"plan": {"config": {"operations": operations}}}}}}
 
 
-@dg.op(description="Resolve the run's tables and read their state from Iceberg metadata.")
-def plan(
-    context: dg.OpExecutionContext, config: PlanConfig, lakehouse: LakehouseResource
-) -> MaintenanceBatch:
-    """Every partition of the run becomes a :class:`TableRun`; a bad one fails alone."""
+def chosen_operations(operations: Sequence[str] | None, where: str) -> tuple[str, ...]:
+    """``operations`` in pass order (None: all of them); an unknown name fails the run,
+    naming it and ``where`` it was given."""
     known = OPERATIONS.names()
-    unknown = sorted(set(config.operations or ()) - set(known))
+    unknown = sorted(set(operations or ()) - set(known))
     if unknown:
         raise dg.Failure(
-            f"plan.config.operations: {', '.join(map(repr, unknown))} "
+            f"{where}: {', '.join(map(repr, unknown))} "
             f"is not an operation (known: {', '.join(known)})"
         )
-    operations = tuple(op for op in known if config.operations is None or op in config.operations)
-    maintainer = lakehouse.maintainer(context.run.run_id)
+    return tuple(op for op in known if operations is None or op in operations)
+
+
+def plan_tables(
+    context: dg.OpExecutionContext,
+    maintainer: Maintainer,
+    wanted: Sequence[tuple[str, tuple[str, ...]]],
+) -> MaintenanceBatch:
+    """Each ``(table, operations)`` becomes a :class:`TableRun` with its stats before; a
+    table that cannot be resolved or read fails alone."""
     tables = []
-    for key in context.partition_keys:
+    progress = ProgressLog(context, "planned")
+    for key, operations in wanted:
         started = time.monotonic()
         ref: TableRef | None = None
         try:
@@ -113,7 +158,7 @@ def plan(
             before = maintainer.stats(ref)
         except Exception as exc:  # the table fails alone; the others go on
             error = scrub(str(exc), maintainer.config)
-            context.log.error(f"{key}: {error}")
+            progress.error(f"{key}: {error}")
             # Dropped before its run, never a table, or unreadable: each operation it would
             # have run fails, and ``record`` logs a failed row for each.
             try:
@@ -121,17 +166,31 @@ def plan(
             except Exception:
                 would_run = ()
             failed = TableResult.failed(key, error, [op for op in would_run if op in operations])
-            tables.append(TableRun(key, None, None, started, ops=failed.ops, error=error))
+            tables.append(
+                TableRun(key, None, None, started, operations, ops=failed.ops, error=error)
+            )
             continue
-        context.log.info(
+        progress.info(
             f"{key}: {before.data_files} data files ({before.small_files} small), "
             f"{before.snapshots} snapshots, {before.rows} rows in data files, "
-            f"{before.delete_files} delete files"
+            f"{before.delete_files} delete files; to do: {', '.join(operations) or 'nothing'}"
         )
-        tables.append(TableRun(key, ref, before, started))
-    if operations != known:
+        tables.append(TableRun(key, ref, before, started, operations))
+    progress.flush()
+    return MaintenanceBatch(tables)
+
+
+@dg.op(description="Resolve the run's tables and read their state from Iceberg metadata.")
+def plan(
+    context: dg.OpExecutionContext, config: PlanConfig, lakehouse: LakehouseResource
+) -> MaintenanceBatch:
+    """Every partition of the run becomes a :class:`TableRun`; a bad one fails alone."""
+    operations = chosen_operations(config.operations, "plan.config.operations")
+    maintainer = lakehouse.maintainer(context.run.run_id)
+    batch = plan_tables(context, maintainer, [(key, operations) for key in context.partition_keys])
+    if operations != OPERATIONS.names():
         context.log.info(f"this run does only: {', '.join(operations)}")
-    return MaintenanceBatch(tables, operations)
+    return batch
 
 
 def maintenance_step(operation: Operation) -> dg.OpDefinition:
@@ -151,15 +210,18 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
         batch: MaintenanceBatch,
     ) -> MaintenanceBatch:
         maintainer = lakehouse.maintainer(context.run.run_id, spark)
-        if name not in batch.operations:
-            return batch
         todo = [
             (table, table.ref)
             for table in batch.tables
-            if table.ref is not None and name in maintainer.operations_for(table.ref)
+            if table.ref is not None
+            and name in table.operations
+            and name in maintainer.operations_for(table.ref)
         ]
+        if not todo:
+            return batch
         # Tables side by side in the run's one Spark session (maintain.parallel_tables);
-        # results are logged here, in the step's own thread, as each table finishes.
+        # results are logged here, in the step's own thread, as tables finish.
+        progress = ProgressLog(context, name)
         for (table, _), result in each_table(
             todo,
             lambda item: maintainer.run_op(item[1], operation),
@@ -167,10 +229,14 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
             f"icegate-{name}",
         ):
             table.ops.append(result)
-            log = context.log.error if result.status == "failed" else context.log.info
-            log(
+            line = (
                 f"{table.key} {name}: {result.status} in {result.duration_s:.1f}s: {result.details}"
             )
+            if result.status == "failed":
+                progress.error(line)
+            else:
+                progress.info(line)
+        progress.flush()
         return batch
 
     return step
@@ -249,18 +315,24 @@ def check_event(outcome: CheckOutcome, partition: str) -> dg.AssetCheckEvaluatio
     )
 
 
-@dg.op(description="Append log rows, record each table's metadata and checks.")
-def record(
-    context: dg.AssetExecutionContext,
+#: Where a step records one table's materialization: its partition key and metadata.
+RecordPartition = Callable[[str, dict[str, Any]], None]
+
+
+def record_tables(
+    context: dg.OpExecutionContext,
     lakehouse: LakehouseResource,
     spark: SparkResource,
     batch: MaintenanceBatch,
+    materialize: RecordPartition,
 ) -> None:
-    """Finish the asset: one materialization and one evaluation of each check per table."""
+    """Finish a run: append the log rows (one append for the run), then per table its
+    metadata (through ``materialize``) and one evaluation of each check."""
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
     config = lakehouse.config()
     results = [table.result() for table in batch.tables]
     maintainer.write_logs(results)  # one append for the whole run
+    progress = ProgressLog(context, "recorded")
     for table, result in zip(batch.tables, results, strict=True):
         # A table that could not be resolved has no WAL folder to size. One whose WAL
         # cannot be listed fails its wal_backlog check alone: the others are recorded.
@@ -272,7 +344,7 @@ def record(
                 f"cannot list the WAL of {table.key}: {type(exc).__name__}: {exc}", config
             )
             wal = WalStats(0, 0)
-            context.log.error(wal_error)
+            progress.error(wal_error)
         outcomes = evaluate_health(result, config.for_table(table.key), wal)
         if wal_error is not None:
             outcomes = [
@@ -294,12 +366,29 @@ def record(
         metadata["checks"] = dg.MetadataValue.json(
             {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
         )
-        context.add_asset_metadata(metadata, partition_key=table.key)
+        materialize(table.key, metadata)
         for outcome in outcomes:
-            context.log_event(check_event(outcome, table.key))
+            # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
+            context.log_event(check_event(outcome, table.key))  # type: ignore[arg-type]
         state = "ok" if result.ok else "FAILED"
         score = f"; health score {health.score:.1f}" if health is not None else ""
-        context.log.info(f"{table.key}: {state} in {result.duration_s:.1f}s{score}")
+        progress.info(f"{table.key}: {state} in {result.duration_s:.1f}s{score}")
+    progress.flush()
+
+
+@dg.op(description="Append log rows, record each table's metadata and checks.")
+def record(
+    context: dg.AssetExecutionContext,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
+    batch: MaintenanceBatch,
+) -> None:
+    """Finish the asset: one materialization and one evaluation of each check per table."""
+
+    def materialize(key: str, metadata: dict[str, Any]) -> None:
+        context.add_asset_metadata(metadata, partition_key=key)
+
+    record_tables(context.op_execution_context, lakehouse, spark, batch, materialize)
 
 
 def _health_after(
@@ -323,9 +412,14 @@ def _health_after(
     return health, health_score_check(health, min_score)
 
 
-def build_maintained_table() -> dg.AssetsDefinition:
-    """``maintained_table`` with one step per operation registered now (see ``ops``)."""
-    steps = [maintenance_step(operation) for operation in OPERATIONS]
+def maintenance_steps() -> list[dg.OpDefinition]:
+    """One step per operation registered now (see ``ops``), in pass order."""
+    return [maintenance_step(operation) for operation in OPERATIONS]
+
+
+def build_maintained_table(steps: Sequence[dg.OpDefinition] | None = None) -> dg.AssetsDefinition:
+    """``maintained_table`` with ``steps`` (default: one per operation registered now)."""
+    steps = list(steps) if steps is not None else maintenance_steps()
 
     @dg.graph_asset(
         name="maintained_table",
@@ -349,7 +443,9 @@ def build_maintained_table() -> dg.AssetsDefinition:
     return maintained_table
 
 
-maintained_table = build_maintained_table()
+#: The steps of this code location: shared by ``maintained_table`` and the sensors' batch job.
+STEPS = maintenance_steps()
+maintained_table = build_maintained_table(STEPS)
 
 
 def _declared_check(name: str) -> dg.AssetChecksDefinition:

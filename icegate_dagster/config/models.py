@@ -272,10 +272,13 @@ class HealthSettings(_Settings):
 
 
 class TriggerSettings(_Settings):
-    """The health trigger's budget per evaluation, and its back-off (``maintain.trigger``)."""
+    """How the sensors' runs are made: tables per run, the health trigger's budget per
+    evaluation, and its back-off (``maintain.trigger``)."""
 
     #: Tables requested per evaluation, neediest first; the rest wait for the next one.
-    max_tables: int = Field(default=10, ge=1)
+    max_tables: int = Field(default=100, ge=1)
+    #: Tables the sensors put in one run: one process and one Spark session for all of them.
+    tables_per_run: int = Field(default=100, ge=1, le=1000)
     #: Bytes to rewrite requested per evaluation (the first table always fits).
     max_bytes: Size = 100 * 1024**3
     #: After a table's second failed run in a row its next one waits this long, doubling...

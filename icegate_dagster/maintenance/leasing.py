@@ -27,6 +27,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def lease_store(config: IcegateConfig, catalog: Catalog) -> TableLocks | None:
+    """The deployment's lease store for ``config`` (see :mod:`.locks`): it holds the table
+    leases and the Dagster runs' heartbeats."""
+    settings = config.locks
+    return TableLocks.for_catalog(
+        catalog,
+        uri=settings.uri,
+        fallback_uri=config.locks_fallback_uri,
+        lease=settings.lease,
+        stuck_after=settings.stuck_after,
+    )
+
+
 @dataclass(frozen=True)
 class Hold:
     """What holding a table gave: ``elsewhere`` is the outcome when another maintainer
@@ -61,14 +74,7 @@ class TableLeasing:
         """The lease store, opened on first use (shared by the threads of a pass)."""
         with self._lock:
             if not self._checked:
-                settings = self.config.locks
-                self._locks = TableLocks.for_catalog(
-                    self._catalog(),
-                    uri=settings.uri,
-                    fallback_uri=self.config.locks_fallback_uri,
-                    lease=settings.lease,
-                    stuck_after=settings.stuck_after,
-                )
+                self._locks = lease_store(self.config, self._catalog())
                 self._checked = True
         return self._locks
 

@@ -17,6 +17,11 @@ lease lost two thirds into the lease (measured on its own monotonic clock),
 before anyone else may take it over, and cancels its running Spark jobs.
 Before every commit and every delete the operation re-checks, in the database,
 that the lease is still its own (:func:`check_lease`).
+
+The same store keeps a **heartbeat per Dagster run** (table ``icegate_run_heartbeats``):
+a run renews its row for as long as its process lives, whether or not it holds a table
+just then. A run that Dagster still calls ``STARTED`` but whose heartbeat and table
+leases all ran out has no process behind it (:meth:`TableLocks.run_liveness`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +41,9 @@ from typing import Any
 from icegate_dagster.errors import IcegateError
 
 LEASE_TABLE = "icegate_table_leases"
+HEARTBEAT_TABLE = "icegate_run_heartbeats"
+#: Heartbeat rows that ran out this long ago are deleted (by the next heartbeat to start).
+HEARTBEAT_KEPT = timedelta(days=1)
 #: A holder renews its lease every third of this; a dead holder's lease frees after it.
 DEFAULT_LEASE = timedelta(minutes=2)
 #: A holder that has held a table this long is reported as stuck instead of waited for.
@@ -207,13 +215,23 @@ class TableLocks:
             Column("acquired_at", Float, nullable=False),
             Column("expires_at", Float, nullable=False),
         )
+        self.heartbeats = Table(
+            HEARTBEAT_TABLE,
+            metadata,
+            Column("token", String(64), primary_key=True),
+            Column("run_id", String(128), nullable=False, index=True),
+            Column("holder", String(512), nullable=False),
+            Column("started_at", Float, nullable=False),
+            Column("expires_at", Float, nullable=False),
+        )
         try:
             metadata.create_all(engine, checkfirst=True)
         except Exception:
-            # Another process created it between the check and the create: fine if it exists.
+            # Another process created them between the check and the create: fine if so.
             from sqlalchemy import inspect
 
-            if not inspect(engine).has_table(LEASE_TABLE):
+            found = inspect(engine)
+            if not (found.has_table(LEASE_TABLE) and found.has_table(HEARTBEAT_TABLE)):
                 raise
 
     @classmethod
@@ -363,6 +381,129 @@ class TableLocks:
             renewer.join(timeout=5)
             with contextlib.suppress(Exception):  # the lease frees it anyway
                 self.release(table, token)
+
+    # -- run heartbeats --------------------------------------------------------------------
+
+    def beat(self, run_id: str, token: str, holder: str) -> None:
+        """Start or renew the heartbeat ``token`` of run ``run_id``: alive for one more
+        lease from now (the database's clock)."""
+        from sqlalchemy import insert, update
+
+        expires = self.now + self.lease.total_seconds()
+        with self.engine.begin() as conn:
+            renewed = conn.execute(
+                update(self.heartbeats)
+                .where(self.heartbeats.c.token == token)
+                .values(expires_at=expires)
+            )
+            if renewed.rowcount == 0:
+                conn.execute(
+                    insert(self.heartbeats).values(
+                        token=token,
+                        run_id=run_id[:128],
+                        holder=holder[:512],
+                        started_at=self.now,
+                        expires_at=expires,
+                    )
+                )
+
+    def forget_old_heartbeats(self) -> None:
+        """Delete heartbeat rows that ran out more than :data:`HEARTBEAT_KEPT` ago."""
+        from sqlalchemy import delete
+
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(self.heartbeats).where(
+                    self.heartbeats.c.expires_at < self.now - HEARTBEAT_KEPT.total_seconds()
+                )
+            )
+
+    def run_liveness(self, run_ids: Sequence[str]) -> dict[str, RunLiveness]:
+        """What the store says about each run: the latest its heartbeat lasts until, and the
+        tables it holds a live lease on (its lease holders end in ``:<run id>``)."""
+        from sqlalchemy import func, select
+
+        wanted = set(run_ids)
+        if not wanted:
+            return {}
+        with self.engine.connect() as conn:
+            now = float(conn.execute(select(self.now)).scalar_one())
+            beats = {
+                str(run_id): float(until)
+                for run_id, until in conn.execute(
+                    select(self.heartbeats.c.run_id, func.max(self.heartbeats.c.expires_at))
+                    .where(self.heartbeats.c.run_id.in_(sorted(wanted)))
+                    .group_by(self.heartbeats.c.run_id)
+                )
+            }
+            held: dict[str, list[str]] = {}
+            for table, holder in conn.execute(
+                select(self.table.c.table_name, self.table.c.holder).where(
+                    self.table.c.expires_at >= self.now
+                )
+            ):
+                run_id = str(holder).rsplit(":", 1)[-1]
+                if run_id in wanted:
+                    held.setdefault(run_id, []).append(str(table))
+        return {
+            run_id: RunLiveness(
+                run_id=run_id,
+                now=_stamp(now),
+                heartbeat_until=_stamp(beats[run_id]) if run_id in beats else None,
+                tables_held=tuple(sorted(held.get(run_id, ()))),
+            )
+            for run_id in sorted(wanted)
+        }
+
+    def start_heartbeat(
+        self, run_id: str, holder: str, running: Callable[[], bool]
+    ) -> threading.Thread:
+        """Keep run ``run_id`` alive in the store: a row renewed every sixth of a lease by a
+        daemon thread, which stops when the process dies or once ``running()`` says the run
+        is over (or cannot tell). Its last renewal keeps the row alive one more lease, so a
+        run whose steps are over but whose end is not recorded yet never looks dead."""
+        token = uuid.uuid4().hex
+        interval = self.lease.total_seconds() / 6
+
+        def beat() -> None:
+            with contextlib.suppress(Exception):  # an unreachable store: try again later
+                self.beat(run_id, token, holder)
+
+        beat()
+        with contextlib.suppress(Exception):
+            self.forget_old_heartbeats()
+
+        def keep_alive() -> None:
+            while True:
+                time.sleep(interval)
+                try:
+                    if not running():
+                        return
+                except Exception:
+                    return
+                beat()
+
+        beater = threading.Thread(target=keep_alive, name=f"heartbeat {run_id}", daemon=True)
+        beater.start()
+        return beater
+
+
+@dataclass(frozen=True)
+class RunLiveness:
+    """What the lease store knows of one run's process (times by the database's clock)."""
+
+    run_id: str
+    now: datetime
+    #: Until when its latest heartbeat keeps it alive; None if it never had one.
+    heartbeat_until: datetime | None
+    #: Tables it holds a live lease on now.
+    tables_held: tuple[str, ...] = ()
+
+    @property
+    def alive(self) -> bool:
+        """Whether something renewed this run's heartbeat or a lease of it within a lease."""
+        beating = self.heartbeat_until is not None and self.heartbeat_until >= self.now
+        return beating or bool(self.tables_held)
 
 
 _engines: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""The lakehouse as a Dagster resource: ``icegate.yaml`` and the catalog it names."""
+"""The lakehouse as a Dagster resource: ``icegate.yaml``, the catalog it names, and the
+run's heartbeat in the lease store."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import PrivateAttr
 
-from icegate_dagster.catalog import open_catalog
+from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, load_config
-from icegate_dagster.errors import IcegateError
+from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.maintenance.leasing import lease_store
+from icegate_dagster.maintenance.locks import holder_description
 from icegate_dagster.resources.spark import SparkResource
 
 if TYPE_CHECKING:
@@ -30,6 +33,32 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     config_path: str | None = None
     _config: IcegateConfig | None = PrivateAttr(default=None)
     _catalog: Catalog | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """In a run, keep a heartbeat in the lease store for as long as this process lives
+        and the run is not over, so a run whose worker died is recognized (see
+        ``icegate_dagster.runs``). Sensors and schedules start none."""
+        run = context.run
+        if run is None:
+            return
+        instance = context.instance
+        run_id = run.run_id
+
+        def running() -> bool:
+            current = instance.get_run_by_id(run_id) if instance is not None else None
+            return current is not None and not current.is_finished
+
+        try:
+            store = lease_store(self.config(), self.catalog())
+            if store is not None:
+                store.start_heartbeat(run_id, holder_description(run_id), running)
+        except Exception as exc:  # the steps report a broken config or catalog themselves
+            if context.log is not None:
+                error = describe_error(exc, self._scrub)
+                context.log.warning(f"no heartbeat for this run in the lease store: {error}")
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self._config) if self._config is not None else text
 
     def config(self) -> IcegateConfig:
         """The validated configuration, loaded once per resource instance."""

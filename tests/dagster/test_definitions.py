@@ -8,9 +8,10 @@ import yaml
 
 from icegate_dagster.assets.maintained_table import POOL
 from icegate_dagster.definitions import defs
-from icegate_dagster.jobs import batch_run_requests, daily_maintenance
+from icegate_dagster.jobs import daily_maintenance, range_run_requests
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.runs import MAINTENANCE_TAG
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,18 @@ def test_definitions_load_with_contract_names() -> None:
     assert defs.resolve_sensor_def("iceberg_table_discovery") is not None
     assert defs.resolve_sensor_def("wal_size_sensor") is not None
     health_sensor = defs.resolve_sensor_def("table_health_sensor")
-    assert health_sensor.job_name == "maintenance_job"
+    # The sensors request batches: several tables per run, each doing its own operations.
+    assert health_sensor.job_name == "maintenance_batch_job"
+    assert defs.resolve_sensor_def("wal_size_sensor").job_name == "maintenance_batch_job"
+    # Every job that starts Spark tags its runs for the instance's limit on them.
+    for name in (
+        "maintenance_job",
+        "maintenance_batch_job",
+        "rollback_job",
+        "collect_orphans_job",
+        "delete_collected_orphans_job",
+    ):
+        assert defs.resolve_job_def(name).tags.get(MAINTENANCE_TAG) == "spark", name
     assert health_sensor.minimum_interval_seconds == 30
     assert health_sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_job_def("migrate_job") is not None
@@ -55,6 +67,17 @@ def test_maintenance_steps_are_visible_and_pooled() -> None:
     assert steps == {"plan", *OPERATIONS.names(), "record"}
     pools = {node.name: node.definition.pool for node in graph_node.definition.nodes}  # type: ignore[attr-defined]
     assert pools["optimize"] == POOL and pools["remove_orphan_files"] == POOL
+    # The sensors' batch job runs the very same steps.
+    batch = defs.resolve_job_def("maintenance_batch_job")
+    batch_steps = {node.name: node.definition for node in batch.graph.nodes}
+    assert set(batch_steps) == {
+        "plan_batch",
+        *OPERATIONS.names(),
+        "record_batch",
+        "update_maintenance_log",
+    }
+    for name in OPERATIONS.names():
+        assert batch_steps[name] is graph_node.definition.node_named(name).definition  # type: ignore[attr-defined]
 
 
 def test_daily_schedule_cron_timezone_and_batches() -> None:
@@ -84,19 +107,35 @@ def test_daily_schedule_cron_timezone_and_batches() -> None:
 
 
 def test_batch_run_keys_are_stable() -> None:
-    first = [r.run_key for r in batch_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
-    again = [r.run_key for r in batch_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
+    first = [r.run_key for r in range_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
+    again = [r.run_key for r in range_run_requests(["a.x", "a.y"], "daily-2026-11-21")]
     assert first == again == ["daily-2026-11-21:a.x..a.y"]
 
 
-def test_shipped_dagster_yaml_limits_one_run_per_table() -> None:
-    settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    [limit] = settings["concurrency"]["runs"]["tag_concurrency_limits"]
-    assert limit == {
-        "key": "dagster/partition",
-        "value": {"applyLimitPerUniqueValue": True},
-        "limit": 1,
-    }
-    with dg.instance_for_test(overrides={"concurrency": settings["concurrency"]}) as instance:
-        # The instance accepts the settings as shipped.
-        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+def test_shipped_dagster_yaml_limits_runs_not_steps() -> None:
+    for path in (REPO / "dagster.yaml", REPO / "deploy" / "dagster.yaml"):
+        settings = yaml.safe_load(path.read_text())
+        concurrency = settings["concurrency"]
+        per_table, maintenance = concurrency["runs"]["tag_concurrency_limits"]
+        assert per_table == {
+            "key": "dagster/partition",
+            "value": {"applyLimitPerUniqueValue": True},
+            "limit": 1,
+        }, path
+        # Pool limits count runs: no started run waits step by step with a JVM up. The tag
+        # limit on maintenance runs holds the same number.
+        assert concurrency["pools"]["granularity"] == "run", path
+        assert maintenance == {
+            "key": MAINTENANCE_TAG,
+            "limit": concurrency["pools"]["default_limit"],
+        }, path
+        assert concurrency["runs"]["max_concurrent_runs"] >= concurrency["pools"]["default_limit"]
+        assert settings["run_monitoring"]["enabled"] is True, path
+        overrides = {key: settings[key] for key in ("concurrency", "run_queue", "run_monitoring")}
+        with dg.instance_for_test(overrides=overrides) as instance:
+            # The instance accepts the settings as shipped.
+            config = instance.get_concurrency_config()
+            assert config.pool_config.default_pool_limit == concurrency["pools"]["default_limit"]
+            assert config.pool_config.pool_granularity is not None
+            assert config.pool_config.pool_granularity.value == "run"
+            assert instance.run_monitoring_enabled

@@ -23,10 +23,15 @@ from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import (
+    BATCH_JOB,
     HEALTH_SENSOR,
     STATE_TAG,
     TABLE_TAG,
     TRIGGER_TAG,
+    BatchEntry,
+    SensorRun,
+    batch_entries,
+    batch_run_config,
     trigger_history,
 )
 from icegate_dagster.sensors import table_health_sensor
@@ -87,9 +92,22 @@ def _health(result: dg.SensorResult) -> dict[str, Any]:
     return {key: value.value for key, value in event.metadata.items()}
 
 
-def _operations(request: dg.RunRequest) -> list[str]:
-    config: Any = request.run_config
-    return list(config["ops"]["maintained_table"]["ops"]["plan"]["config"]["operations"])
+def _entries(request: dg.RunRequest) -> list[BatchEntry]:
+    run = dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
+    return batch_entries(run)
+
+
+def _by_table(result: dg.SensorResult) -> dict[str, tuple[dg.RunRequest, BatchEntry]]:
+    """Each requested table, with its run request and its entry in that run."""
+    return {
+        entry.table: (request, entry)
+        for request in result.run_requests or []
+        for entry in _entries(request)
+    }
+
+
+def _tables(result: dg.SensorResult) -> set[str]:
+    return set(_by_table(result))
 
 
 def _decisions(lh: Lakehouse, instance: dg.DagsterInstance) -> dict[str, str]:
@@ -106,12 +124,14 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
 
     first = _tick(lh, instance)
 
-    requests = {r.partition_key: r for r in first.run_requests}
-    assert set(requests) == {BUSY, OLD}  # not the healthy table, not the unreadable one
-    assert _operations(requests[BUSY]) == ["optimize"]
-    assert _operations(requests[OLD]) == ["expire_snapshots"]
-    busy = requests[BUSY]
-    assert busy.tags[TRIGGER_TAG] == HEALTH_SENSOR and busy.tags[TABLE_TAG] == BUSY
+    requested = _by_table(first)
+    assert set(requested) == {BUSY, OLD}  # not the healthy table, not the unreadable one
+    assert requested[BUSY][1].operations == ("optimize",)
+    assert requested[OLD][1].operations == ("expire_snapshots",)
+    # Both in one run (one process, one Spark session), each with its own operations.
+    [request] = first.run_requests
+    assert request.job_name == BATCH_JOB and request.tags[TRIGGER_TAG] == HEALTH_SENSOR
+    assert float(request.tags["icegate/need"]) > 0
     health = _health(first)
     assert health["tables"] == 4
     assert health["tables_assessed"] == 3
@@ -132,14 +152,14 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
         r.run_key for r in first.run_requests
     )
 
-    # The daemon launches BUSY's request: only optimize runs.
+    # The daemon launches BUSY's part of it: only optimize runs.
     idle_metadata = lh.table(IDLE).metadata_location
     rows_before = lh.rows_without_spark(BUSY)
-    result = defs.resolve_job_def("maintenance_job").execute_in_process(
+    busy = requested[BUSY][1]
+    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
         instance=instance,
-        partition_key=BUSY,
-        run_config=busy.run_config,
-        tags=busy.tags,
+        run_config=batch_run_config([busy]),
+        tags={TRIGGER_TAG: HEALTH_SENSOR, TABLE_TAG: BUSY, STATE_TAG: busy.state or ""},
         resources=resources_for(lh),
     )
     assert result.success
@@ -165,7 +185,7 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
 
     # BUSY is healthy now: only OLD is still requested.
     after = _tick(lh, instance)
-    assert [r.partition_key for r in after.run_requests] == [OLD]
+    assert _tables(after) == {OLD}
     assert _health(after)["tables_due"] == 1
 
     # 6 more small appends: BUSY is due again, but was maintained moments ago.
@@ -180,7 +200,7 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
         transaction.set_properties({"icegate.health.min_interval": "1s"})
     time.sleep(1.1)
     soon = _tick(lh, instance)
-    assert {r.partition_key for r in soon.run_requests} == {BUSY, OLD}
+    assert _tables(soon) == {BUSY, OLD}
 
 
 def test_a_table_with_a_run_in_flight_gets_no_request(
@@ -194,7 +214,7 @@ def test_a_table_with_a_run_in_flight_gets_no_request(
 
     one = _tick(lh, instance)
 
-    assert [r.partition_key for r in one.run_requests] == [OLD]
+    assert _tables(one) == {OLD}
     assert _decisions(lh, instance)[BUSY] == f"waits: run {queued.run_id} is not_started"
 
     # A batch run over both (the schedule's range tags): nothing to request, and why.
@@ -217,7 +237,7 @@ def test_a_table_with_a_run_in_flight_gets_no_request(
     # Once the runs are over, both are requested.
     instance.report_run_canceled(queued)
     instance.report_run_canceled(batch_run)
-    assert {r.partition_key for r in _tick(lh, instance).run_requests} == {BUSY, OLD}
+    assert _tables(_tick(lh, instance)) == {BUSY, OLD}
 
 
 def test_the_budget_takes_the_neediest_and_names_the_backlog(
@@ -228,8 +248,7 @@ def test_the_budget_takes_the_neediest_and_names_the_backlog(
 
     result = _tick(lh, instance)
 
-    [request] = result.run_requests
-    assert request.partition_key == BUSY  # 6 small files per partition: the neediest
+    assert _tables(result) == {BUSY}  # 6 small files per partition: the neediest
     health = _health(result)
     assert health["tables_requested"] == 1
     assert health["backlog_tables"] == 1
@@ -242,19 +261,27 @@ def test_a_table_whose_runs_keep_failing_backs_off_and_is_reported(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, IDLE])
-    job = defs.resolve_job_def("maintenance_job")
+    job = defs.resolve_job_def(BATCH_JOB)
+
+    def ended(request: dg.RunRequest, status: dg.DagsterRunStatus) -> None:
+        instance.create_run_for_job(
+            job, run_config=request.run_config, tags=request.tags, status=status
+        )
+
     [first] = _tick(lh, instance).run_requests
-    assert first.run_key.endswith(":0")
+    assert first.run_key is not None and first.run_key.endswith(":0")
 
     # One failed attempt on this state: retried at once, under a new run key.
-    instance.create_run_for_job(job, tags=first.tags, status=dg.DagsterRunStatus.FAILURE)
-    [retry] = _tick(lh, instance).run_requests
-    assert retry.partition_key == BUSY
+    ended(first, dg.DagsterRunStatus.FAILURE)
+    retried = _tick(lh, instance)
+    assert _tables(retried) == {BUSY}
+    [retry] = retried.run_requests
     assert retry.tags[STATE_TAG] == first.tags[STATE_TAG]
-    assert retry.run_key.endswith(":1") and retry.run_key != first.run_key
+    assert retry.run_key is not None and retry.run_key.endswith(":1")
+    assert retry.run_key != first.run_key
 
     # Two in a row: it waits (1 minute after the last failure), reported, not retried.
-    instance.create_run_for_job(job, tags=retry.tags, status=dg.DagsterRunStatus.FAILURE)
+    ended(retry, dg.DagsterRunStatus.FAILURE)
     waiting = _tick(lh, instance)
     assert not waiting.run_requests
     message = str(waiting.skip_reason.skip_message)
@@ -265,7 +292,7 @@ def test_a_table_whose_runs_keep_failing_backs_off_and_is_reported(
 
     # A run that succeeded on this very state ends the failures; a second one on the same
     # state would change nothing, so none is requested until the table changes.
-    instance.create_run_for_job(job, tags=retry.tags, status=dg.DagsterRunStatus.SUCCESS)
+    ended(retry, dg.DagsterRunStatus.SUCCESS)
     settled = _tick(lh, instance)
     assert not settled.run_requests
     assert "unchanged since a run that succeeded on that state" in str(
@@ -273,7 +300,32 @@ def test_a_table_whose_runs_keep_failing_backs_off_and_is_reported(
     )
     lh.table(BUSY).append(batch(500_000, ("api",)))
     [changed] = _tick(lh, instance).run_requests
-    assert changed.tags[STATE_TAG] != first.tags[STATE_TAG] and changed.run_key.endswith(":0")
+    assert changed.tags[STATE_TAG] != first.tags[STATE_TAG]
+    assert changed.run_key is not None and changed.run_key.endswith(":0")
+
+
+def test_a_failed_batch_counts_against_each_of_its_tables(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
+    job = defs.resolve_job_def(BATCH_JOB)
+    for _ in range(2):  # the same two-table batch failed twice in a row
+        [request] = _tick(lh, instance).run_requests
+        assert len(_entries(request)) == 2
+        instance.create_run_for_job(
+            job,
+            run_config=request.run_config,
+            tags=request.tags,
+            status=dg.DagsterRunStatus.FAILURE,
+        )
+
+    waiting = _tick(lh, instance)
+
+    assert not waiting.run_requests
+    message = str(waiting.skip_reason.skip_message)
+    assert (
+        f"{BUSY} (its last 2 runs failed" in message and f"{OLD} (its last 2 runs failed" in message
+    )
 
 
 def test_a_healthy_lakehouse_gets_no_run_and_its_health_is_still_recorded(
@@ -330,12 +382,10 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert recorded and recorded[0].run_id == result.run_id
 
 
-def _run_record(run_id: str, status: dg.DagsterRunStatus, state: str, end: float) -> Any:
-    run = dg.DagsterRun(
-        job_name="maintenance_job", run_id=run_id, status=status, tags={STATE_TAG: state}
-    )
+def _run_record(run_id: str, status: dg.DagsterRunStatus, state: str, end: float) -> SensorRun:
+    run = dg.DagsterRun(job_name=BATCH_JOB, run_id=run_id, status=status)
     stamp = datetime.fromtimestamp(end, UTC)
-    return dg.RunRecord(
+    record = dg.RunRecord(
         storage_id=1,
         dagster_run=run,
         create_timestamp=stamp,
@@ -343,6 +393,7 @@ def _run_record(run_id: str, status: dg.DagsterRunStatus, state: str, end: float
         start_time=end - 5,
         end_time=end,
     )
+    return SensorRun(record, state)
 
 
 def test_a_run_another_maintainer_kept_from_its_table_settles_nothing() -> None:

@@ -12,13 +12,16 @@ from icegate_dagster.assets.maintained_table import (
     MAINTAINED_TABLE,
     MAINTAINED_TABLE_CHECKS,
     build_maintained_table,
+    maintenance_steps,
     operations_run_config,
 )
+from icegate_dagster.batches import build_batch_job
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.ops import OpContext, Operation
 from icegate_dagster.maintenance.results import Outcome
 from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.runs import BatchEntry, batch_run_config
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse
 
@@ -84,6 +87,28 @@ def test_a_registered_operation_is_a_dagster_step_with_log_rows_and_metadata(
     assert [(r["table_name"], r["operation"], r["status"]) for r in rows] == [
         (TABLE, "stamp_table", "completed")
     ]
+
+
+def test_a_registered_operation_is_a_step_of_the_sensors_batch_job_too(
+    stamp_registered: None, small_lakehouse: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    steps = maintenance_steps()
+    job = build_batch_job(steps)
+    assert "stamp_table" in {node.name for node in job.graph.nodes}
+
+    result = job.execute_in_process(
+        instance=instance,
+        run_config=batch_run_config([BatchEntry(TABLE, ("stamp_table",), "s")]),
+        resources=resources_for(small_lakehouse),
+    )
+
+    assert result.success
+    assert small_lakehouse.table(TABLE).properties[STAMP] == "yes"
+    [record] = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[TABLE]), limit=1
+    ).records
+    assert record.asset_materialization is not None
+    assert record.asset_materialization.metadata["stamp_table_status"].value == "completed"
 
 
 def test_a_registered_operation_is_planned_by_run_dry_run(

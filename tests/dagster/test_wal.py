@@ -6,12 +6,13 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE, operations_run_config
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.sensors import wal_size_sensor
+from icegate_dagster.runs import BATCH_JOB, BatchEntry, batch_entries
+from icegate_dagster.sensors import BACKLOG_TAG, wal_size_sensor
 from tests.dagster.conftest import resources_for
 from tests.integration.test_wal_compaction import fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory
@@ -37,6 +38,26 @@ def _tick(lh: Lakehouse, instance: dg.DagsterInstance) -> Any:
     return wal_size_sensor(context)
 
 
+def _entries(request: dg.RunRequest) -> list[BatchEntry]:
+    return batch_entries(
+        dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
+    )
+
+
+def _tables(result: Any) -> list[str]:
+    assert isinstance(result, dg.SensorResult)
+    return [entry.table for request in result.run_requests or [] for entry in _entries(request)]
+
+
+def _run(instance: dg.DagsterInstance, request: dg.RunRequest, status: dg.DagsterRunStatus) -> Any:
+    return instance.create_run_for_job(
+        defs.resolve_job_def(BATCH_JOB),
+        run_config=request.run_config,
+        tags=request.tags,
+        status=status,
+    )
+
+
 def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
@@ -50,10 +71,10 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     first = _tick(lh, instance)
     assert isinstance(first, dg.SensorResult)
     [request] = first.run_requests or []
-    assert request.partition_key == LOGS
-    assert request.run_config["ops"]["maintained_table"]["ops"]["plan"]["config"] == {
-        "operations": ["wal_compaction"]
-    }
+    assert request.job_name == BATCH_JOB
+    [entry] = _entries(request)
+    assert entry.table == LOGS and entry.operations == ("wal_compaction",)
+    assert request.tags[BACKLOG_TAG] == entry.state
 
     # More files while that run waits: the same backlog, the same run_key (no duplicate).
     fill_wal(lh, files=7)
@@ -61,17 +82,30 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     assert [r.run_key for r in again.run_requests] == [request.run_key]
 
     # A run for it failed: the backlog is still there, so the next tick tries again.
-    failed = defs.resolve_job_def("maintenance_job").execute_in_process(
+    failed = defs.resolve_job_def(BATCH_JOB).execute_in_process(
         instance=instance,
-        partition_key=LOGS,
-        run_config=operations_run_config(["no_such_operation"]),
+        run_config={
+            "ops": {
+                "plan_batch": {
+                    "config": {
+                        "tables": [
+                            {
+                                "table": LOGS,
+                                "operations": ["no_such_operation"],
+                                "state": entry.state,
+                            }
+                        ]
+                    }
+                }
+            }
+        },
         tags=request.tags,
         resources=resources_for(lh),
         raise_on_error=False,
     )
     assert not failed.success
     retry = _tick(lh, instance)
-    assert [r.partition_key for r in retry.run_requests] == [LOGS]
+    assert _tables(retry) == [LOGS]
     assert retry.run_requests[0].run_key != request.run_key
 
     # Once the backlog is ingested, a new one gets a new key.
@@ -81,7 +115,7 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     for i in range(2, 5):
         lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), f"z-{i}.parquet")
     later = _tick(lh, instance)
-    assert [r.partition_key for r in later.run_requests] == [LOGS]
+    assert _tables(later) == [LOGS]
     assert later.run_requests[0].run_key != request.run_key
 
 
@@ -95,9 +129,8 @@ def test_sensor_run_ingests_the_wal_and_records_it(
     history_before = _main_history(lh.table(LOGS))
     [request] = _tick(lh, instance).run_requests
 
-    result = defs.resolve_job_def("maintenance_job").execute_in_process(
+    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
         instance=instance,
-        partition_key=request.partition_key,
         run_config=request.run_config,
         tags=request.tags,
         resources=resources_for(lh),
@@ -179,8 +212,7 @@ def test_sensor_leaves_a_table_to_a_queued_batch_run_that_covers_it(
     # Once that run is over, the backlog gets its own run again.
     instance.report_run_canceled(batch)
     again = _tick(lh, instance)
-    assert isinstance(again, dg.SensorResult)
-    assert [r.partition_key for r in again.run_requests or []] == [LOGS]
+    assert _tables(again) == [LOGS]
 
 
 def test_sensor_backs_off_a_backlog_whose_runs_keep_failing(
@@ -189,12 +221,48 @@ def test_sensor_backs_off_a_backlog_whose_runs_keep_failing(
     instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
     fill_wal(lh, files=5)
     [request] = _tick(lh, instance).run_requests
-    job = defs.resolve_job_def("maintenance_job")
     for _ in range(3):  # three attempts at this backlog failed, the last one just now
-        instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.FAILURE)
+        _run(instance, request, dg.DagsterRunStatus.FAILURE)
 
     backing_off = _tick(lh, instance)
 
     assert isinstance(backing_off, dg.SkipReason)
     message = str(backing_off.skip_message)
     assert f"{LOGS} (3 failed runs; next attempt after" in message
+
+
+def test_backlogs_due_at_one_tick_share_one_run_and_each_is_ingested(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
+    logs_before, spans_before = spark_rows(lh, LOGS), spark_rows(lh, SPANS)
+    expected_logs = fill_wal(lh, files=5)
+    spans_rows = lh.table(SPANS).scan().to_arrow().slice(0, 3)
+    for i in range(4):
+        lh.write_wal(SPANS, spans_rows, f"s-{i}.parquet")
+
+    result = _tick(lh, instance)
+    [request] = result.run_requests
+    assert sorted(_tables(result)) == [LOGS, SPANS]
+    assert BACKLOG_TAG not in request.tags  # each backlog is its table's state in the config
+
+    run = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        tags=request.tags,
+        resources=resources_for(lh),
+    )
+
+    assert run.success
+    assert lh.wal_files(LOGS) == [] and lh.wal_files(SPANS) == []
+    assert spark_rows(lh, LOGS) == logs_before + expected_logs
+    assert sum(spark_rows(lh, SPANS).values()) == sum(spans_before.values()) + 4 * 3
+    for key, files in ((LOGS, 5), (SPANS, 4)):
+        record = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[key]), limit=1
+        ).records[0]
+        assert record.run_id == run.run_id
+        metadata = record.asset_materialization.metadata  # type: ignore[union-attr]
+        assert metadata["wal_files_ingested"].value == files
+        assert "optimize_status" not in metadata
+    assert isinstance(_tick(lh, instance), dg.SkipReason)

@@ -96,3 +96,34 @@ def test_sigkill_while_spark_writes_then_rerun(lh: Lakehouse) -> None:
     assert rerun.ok, rerun.as_dict()
     assert spark_rows(lh, TABLE) == before + expected
     assert lh.wal_files(TABLE) == []
+
+
+def test_a_jvm_killed_while_spark_writes_quarantines_no_file(lh: Lakehouse) -> None:
+    """The JVM dies (an OOM killer's pick) while the Python process lives on: the batch
+    fails as a Spark failure, no WAL file is blamed for it, and a re-run ingests them all."""
+    before = spark_rows(lh, TABLE)
+    expected = fill_wal(lh, files=40, rows_per_file=500)
+    data_dir = lh.data_dir(TABLE)
+    existing = set(data_dir.rglob("*.parquet"))
+
+    proc = _compact(lh)
+    jvm: list[int] = []
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        jvm = jvm or _children(proc.pid)
+        if jvm and set(data_dir.rglob("*.parquet")) - existing:
+            for pid in jvm:
+                os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    _, stderr = proc.communicate(timeout=120)
+
+    assert jvm, "the compaction finished before its JVM was killed"
+    assert proc.returncode == 1, stderr.decode(errors="replace")[-2000:]
+    quarantine = lh.wal_dir(TABLE) / "_quarantine"
+    assert not quarantine.exists() or not any(quarantine.iterdir())
+    assert len(lh.wal_files(TABLE)) == 40  # every file waits for the next run
+    rerun = Maintainer(lh.config).maintain_table(TableRef.parse(TABLE), ["wal_compaction"])
+    assert rerun.ok, rerun.as_dict()
+    assert spark_rows(lh, TABLE) == before + expected
+    assert lh.wal_files(TABLE) == []

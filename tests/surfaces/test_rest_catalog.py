@@ -41,11 +41,18 @@ from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
 from icegate_dagster.maintenance.orphans import orphan_candidates
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import HEALTH_SENSOR, TABLE_TAG, TRIGGER_TAG
+from icegate_dagster.runs import (
+    BATCH_JOB,
+    HEALTH_SENSOR,
+    TRIGGER_TAG,
+    BatchEntry,
+    batch_entries,
+    batch_run_config,
+)
 from icegate_dagster.sensors import iceberg_table_discovery, table_health_sensor, wal_size_sensor
 from icegate_dagster.spark_session import build_spark_conf, iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch
-from tests.lease_holder import held_by_another_process
+from tests.lease_holder import beating_in_another_process, held_by_another_process
 from tests.surfaces.seaweedfs_server import REGION, SeaweedServer, seaweedfs_fixture  # noqa: F401
 
 #: Each table and how many appends (one data file and one snapshot each) it gets.
@@ -232,10 +239,19 @@ def _status_row(text: str, key: str) -> dict[str, str]:
     return row.groupdict()
 
 
-def _sensor_context(rest: RestLakehouse, instance: dg.DagsterInstance) -> Any:
+def _sensor_context(
+    rest: RestLakehouse, instance: dg.DagsterInstance, config: Path | None = None
+) -> Any:
     return dg.build_sensor_context(
         instance=instance,
-        resources={"lakehouse": LakehouseResource(config_path=str(rest.config_path))},
+        resources={"lakehouse": LakehouseResource(config_path=str(config or rest.config_path))},
+    )
+
+
+def _entries(request: dg.RunRequest) -> list[BatchEntry]:
+    """The tables of a sensor's run, each with its operations (from the run config)."""
+    return batch_entries(
+        dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
     )
 
 
@@ -268,10 +284,8 @@ def test_wal_sensor_requests_a_run_only_for_the_table_with_a_backlog(rest: RestL
     due = wal_size_sensor(_sensor_context(rest, instance))
     assert isinstance(due, dg.SensorResult)
     [request] = due.run_requests or []
-    assert request.partition_key == BACKLOG
-    assert request.run_config["ops"]["maintained_table"]["ops"]["plan"]["config"] == {
-        "operations": ["wal_compaction"]
-    }
+    [entry] = _entries(request)
+    assert entry.table == BACKLOG and entry.operations == ("wal_compaction",)
     rest.outputs.append(json.dumps(request.run_config) + json.dumps(request.tags))
 
 
@@ -337,15 +351,14 @@ def test_health_sensor_requests_the_due_rest_tables_and_records_lakehouse_health
 
     assert isinstance(result, dg.SensorResult)
     requests = result.run_requests or []
-    # Exactly the tables with due work, neediest first, each with exactly its operations.
-    assert [r.partition_key for r in requests] == [BACKLOG, BELOW]
-    for request in requests:
-        assert request.partition_key is not None
-        config: Any = request.run_config
-        operations = config["ops"]["maintained_table"]["ops"]["plan"]["config"]["operations"]
-        assert operations == EXPECTED_HEALTH[request.partition_key][1]
-        assert request.tags[TRIGGER_TAG] == HEALTH_SENSOR
-        assert request.tags[TABLE_TAG] == request.partition_key
+    # Exactly the tables with due work, neediest first, in one run, each with exactly its
+    # own operations.
+    [request] = requests
+    entries = _entries(request)
+    assert [e.table for e in entries] == [BACKLOG, BELOW]
+    for entry in entries:
+        assert list(entry.operations or ()) == EXPECTED_HEALTH[entry.table][1]
+    assert request.job_name == BATCH_JOB and request.tags[TRIGGER_TAG] == HEALTH_SENSOR
     [event] = result.asset_events
     assert isinstance(event, dg.AssetMaterialization) and event.asset_key == LAKEHOUSE_HEALTH
     health = {key: value.value for key, value in event.metadata.items()}
@@ -586,3 +599,47 @@ def test_a_second_process_holding_a_rest_table_makes_a_run_skip_it_naming_the_ho
     ]
     assert {r["operation"] for r in skipped} >= {"optimize", "rewrite_manifests"}
     rest.assert_no_secrets()
+
+
+def test_a_run_whose_worker_died_is_failed_from_the_rest_deployments_lease_store(
+    rest: RestLakehouse,
+) -> None:
+    """Self-healing on a REST catalog: run heartbeats live in the shared lease store (its
+    SQLite file here); a run whose heartbeat another process keeps stays, and once that
+    process is killed the health sensor fails the run, saying why, and asks again."""
+    raw = yaml.safe_load(rest.config_path.read_text())
+    raw["maintain"]["locks"]["lease"] = "3s"
+    config = rest.root / "icegate-short-lease.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    _health_state(rest)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(ICEBERG_TABLES, sorted(TABLES))
+    run = instance.create_run_for_job(
+        _batch_job(),
+        run_config=batch_run_config([BatchEntry(BELOW, ("optimize",), "s")]),
+        tags={TRIGGER_TAG: HEALTH_SENSOR},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+    with beating_in_another_process(config, run.run_id) as worker:
+        time.sleep(4)
+        alive = table_health_sensor(_sensor_context(rest, instance, config))
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED  # type: ignore[union-attr]
+        assert BELOW not in [e.table for r in alive.run_requests or [] for e in _entries(r)]
+        worker.kill()
+        worker.wait()
+        time.sleep(4)
+        healed = table_health_sensor(_sensor_context(rest, instance, config))
+
+    failed = instance.get_run_by_id(run.run_id)
+    assert failed is not None and failed.status == dg.DagsterRunStatus.FAILURE
+    [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert "worker is gone" in str(event.dagster_event.message if event.dagster_event else "")
+    assert BELOW in [e.table for r in healed.run_requests or [] for e in _entries(r)]
+    rest.assert_no_secrets()
+
+
+def _batch_job() -> dg.JobDefinition:
+    from icegate_dagster.definitions import defs
+
+    return defs.resolve_job_def(BATCH_JOB)

@@ -28,7 +28,7 @@ from icegate_dagster.maintenance.wal.files import (
     wal_filesystem,
     wal_location,
 )
-from icegate_dagster.maintenance.wal.frame import spark_problem
+from icegate_dagster.maintenance.wal.frame import spark_failure, spark_problem
 from icegate_dagster.maintenance.wal.locking import wal_folder_lock
 from icegate_dagster.maintenance.wal.publish import (
     STAGING_PREFIX,
@@ -221,14 +221,17 @@ def _write_batch(
     """Stage ``good`` on the batch's branch; return what was staged and what could not be read.
 
     When the write fails, each file is read on its own (pyarrow, then Spark):
-    the ones that fail are set aside and the rest is staged once more. Nothing
-    reaches the main branch here (see :func:`~icegate_dagster.maintenance.wal.publish.publish`).
+    the ones that fail are set aside and the rest is staged once more. A failure of Spark
+    itself (its JVM killed, its context stopped) is never blamed on a file: the operation
+    fails and every file waits for the next run. Nothing reaches the main branch here (see
+    :func:`~icegate_dagster.maintenance.wal.publish.publish`).
     """
     branch = STAGING_PREFIX + batch_id
     try:
         stage_batch(spark, identifier, good, branch, settings.target_file_size)
         return good, []
-    except Exception:
+    except Exception as exc:
+        _spark_must_work(spark, exc)
         reread = inspect_files(filesystem, [g.file for g in good], table, full_read=True)
         unreadable = list(reread.bad)
         keep = []
@@ -240,8 +243,20 @@ def _write_batch(
                 keep.append(item)
         if not unreadable:
             raise
+        if len(unreadable) > len(reread.bad):  # Spark refused some: was it Spark's fault?
+            _spark_must_work(spark, exc)
     if keep:
         stage_batch(spark, identifier, keep, branch, settings.target_file_size)
     else:
         drop_branch(spark, identifier, branch)
     return keep, unreadable
+
+
+def _spark_must_work(spark: SparkSession, cause: Exception) -> None:
+    """Raise when Spark itself is broken, so that no WAL file is quarantined for it."""
+    failure = spark_failure(spark)
+    if failure is not None:
+        raise OperationError(
+            f"Spark failed while staging the WAL batch and cannot run a query now ({failure}); "
+            "no file was quarantined: every file waits for the next run"
+        ) from cause

@@ -121,6 +121,16 @@ def require_nanos_as_long(spark: SparkSession, needed: bool) -> None:
         )
 
 
+def spark_failure(spark: SparkSession) -> str | None:
+    """Why Spark itself cannot work now (its JVM gone, its context stopped), or None: a
+    read that fails then says nothing about the file being read."""
+    try:
+        spark.sql("SELECT 1").collect()
+    except Exception as exc:
+        return describe_error(exc)
+    return None
+
+
 def spark_problem(spark: SparkSession, identifier: str, item: GoodFile) -> str | None:
     """Why Spark cannot read and convert this one file, or None."""
     require_nanos_as_long(spark, bool(item.nanos))  # fails the op, quarantines nothing

@@ -1,0 +1,189 @@
+"""Runs whose worker is gone are recognized from the lease store and marked failed by the
+sensors: a ``STARTED`` run without heartbeat or table lease for longer than the lease is
+failed with an event that says why, and its table is requested again; a run whose
+heartbeat another process keeps (or that holds a table) stays, until that process is
+killed. A real run keeps its heartbeat while it runs. (Lease 3 s here: 2 min by default.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dagster as dg
+import pytest
+
+from icegate_dagster.definitions import defs
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.runs import (
+    BATCH_JOB,
+    HEALTH_SENSOR,
+    TRIGGER_TAG,
+    BatchEntry,
+    batch_entries,
+    batch_run_config,
+)
+from icegate_dagster.sensors import table_health_sensor, wal_size_sensor
+from tests.dagster.conftest import resources_for
+from tests.lakehouse import Lakehouse, LakehouseFactory
+from tests.lease_holder import beating_in_another_process, held_by_another_process
+
+BUSY = "lakehouse.busy"
+LEASE_S = 3.0
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(
+        maintain={
+            "locks": {"lease": f"{LEASE_S:g}s"},
+            "health": {"small_files": 5},
+            "compaction": {"min_files": 3},
+        },
+        wal=True,
+    )
+    lakehouse.add_table(BUSY, appends=6)
+    return lakehouse
+
+
+def _tick(lh: Lakehouse, instance: dg.DagsterInstance, sensor: object = None) -> object:
+    context = dg.build_sensor_context(
+        instance=instance,
+        resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
+    )
+    return (sensor or table_health_sensor)(context)  # type: ignore[operator]
+
+
+def _started_run(instance: dg.DagsterInstance) -> dg.DagsterRun:
+    """A batch run of BUSY that Dagster calls STARTED (as after a killed ``dagster dev``)."""
+    return instance.create_run_for_job(
+        defs.resolve_job_def(BATCH_JOB),
+        run_config=batch_run_config([BatchEntry(BUSY, ("optimize",), "s")]),
+        tags={TRIGGER_TAG: HEALTH_SENSOR},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+
+def _status(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRunStatus:
+    current = instance.get_run_by_id(run.run_id)
+    assert current is not None
+    return current.status
+
+
+def _requested_tables(result: object) -> list[str]:
+    assert isinstance(result, dg.SensorResult)
+    runs = [
+        dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
+        for request in result.run_requests or []
+    ]
+    return [entry.table for run in runs for entry in batch_entries(run)]
+
+
+def _failure_message(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    return str(event.dagster_event.message if event.dagster_event else event.user_message)
+
+
+def test_a_started_run_with_no_worker_is_failed_saying_why_and_its_table_requested_again(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    run = _started_run(instance)
+
+    # Younger than a lease: it may still be starting; its table waits for it.
+    young = _tick(lh, instance)
+    assert _status(instance, run) == dg.DagsterRunStatus.STARTED
+    assert isinstance(young, dg.SensorResult) and not young.run_requests
+    assert run.run_id in str(young.skip_reason)
+
+    time.sleep(LEASE_S + 0.5)
+    healed = _tick(lh, instance)
+
+    assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
+    message = _failure_message(instance, run)
+    assert "worker is gone" in message and "never recorded a heartbeat" in message
+    assert "maintain.locks.lease (3s)" in message
+    assert _requested_tables(healed) == [BUSY]
+
+
+def test_a_run_beating_in_another_process_stays_until_that_process_is_killed(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    run = _started_run(instance)
+    with beating_in_another_process(lh.config_path, run.run_id) as worker:
+        time.sleep(LEASE_S + 0.5)
+        alive = _tick(lh, instance)
+        assert _status(instance, run) == dg.DagsterRunStatus.STARTED
+        assert _requested_tables(alive) == []
+
+        worker.kill()  # an OOM kill: no clean-up, the heartbeat just stops
+        worker.wait()
+        time.sleep(LEASE_S + 0.5)
+        _tick(lh, instance)
+
+    assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
+    assert "its heartbeat was last renewed at" in _failure_message(instance, run)
+
+
+def test_a_run_holding_a_table_lease_is_alive_and_the_wal_sensor_heals_too(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    for i in range(4):
+        lh.write_wal(BUSY, lh.table(BUSY).scan().to_arrow().slice(0, 2), f"w-{i}.parquet")
+    run = instance.create_run_for_job(
+        defs.resolve_job_def(BATCH_JOB),
+        run_config=batch_run_config([BatchEntry(BUSY, ("wal_compaction",), "b")]),
+        tags={TRIGGER_TAG: "wal_size_sensor"},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+    with held_by_another_process(lh.config_path, BUSY, run_id=run.run_id):
+        time.sleep(LEASE_S + 0.5)
+        waiting = _tick(lh, instance, wal_size_sensor)
+        assert _status(instance, run) == dg.DagsterRunStatus.STARTED
+        assert isinstance(waiting, dg.SkipReason) and run.run_id in str(waiting.skip_message)
+
+    time.sleep(LEASE_S + 0.5)  # the holder released it; now nothing renews anything
+    healed = _tick(lh, instance, wal_size_sensor)
+    assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
+    assert _requested_tables(healed) == [BUSY]
+
+
+def test_a_real_run_keeps_its_heartbeat_while_it_runs_and_stops_after(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    locks = Maintainer(lh.config).leasing.locks
+    assert locks is not None
+    results: list[dg.ExecuteInProcessResult] = []
+
+    def run() -> None:
+        results.append(
+            defs.resolve_job_def(BATCH_JOB).execute_in_process(
+                instance=instance,
+                run_config=batch_run_config([BatchEntry(BUSY, ("optimize",), "s")]),
+                resources=resources_for(lh),
+            )
+        )
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    seen = []
+    while worker.is_alive():
+        started = instance.get_run_ids(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        if started:
+            seen.append(locks.run_liveness(started)[started[0]])
+        time.sleep(0.2)
+    worker.join()
+
+    [result] = results
+    assert result.success
+    # From its first heartbeat (the resource's set-up, right after the run starts) to its
+    # end, every look finds the run alive.
+    beating = [liveness for liveness in seen if liveness.heartbeat_until is not None]
+    assert len(beating) >= 5 and all(liveness.alive for liveness in beating)
+    # After the run, the heartbeat thread stops within one beat (a sixth of the lease).
+    time.sleep(LEASE_S / 6 + 1)
+    assert not [t for t in threading.enumerate() if t.name == f"heartbeat {result.run_id}"]
