@@ -14,16 +14,15 @@ or one contiguous range of them, and the tables a sensor finds due are rarely co
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
 from icegate_dagster.assets.maintained_table import (
-    MAINTAINED_TABLE,
     STEPS,
     MaintenanceBatch,
     chosen_operations,
+    log_materialization,
     plan_tables,
     record_tables,
 )
@@ -73,7 +72,9 @@ def plan_batch(
         wanted.setdefault(entry.table, set()).update(chosen_operations(entry.operations, where))
     maintainer = lakehouse.maintainer(context.run.run_id)
     plan = [(key, chosen_operations(sorted(ops), BATCH_PLAN)) for key, ops in wanted.items()]
-    return plan_tables(context, maintainer, plan)
+    batch = plan_tables(context, maintainer, plan)
+    batch.record_when_done = True  # each table shows in the UI as soon as it is done
+    return batch
 
 
 @dg.op(description="Append log rows; record each table's partition of maintained_table.")
@@ -83,15 +84,10 @@ def record_batch(
     spark: SparkResource,
     batch: MaintenanceBatch,
 ) -> MaintenanceBatch:
-    """One materialization of each table's partition and one evaluation of each check,
-    as a run of ``maintained_table`` records them."""
-
-    def materialize(key: str, metadata: dict[str, Any]) -> None:
-        context.log_event(
-            dg.AssetMaterialization(asset_key=MAINTAINED_TABLE, partition=key, metadata=metadata)
-        )
-
-    record_tables(context, lakehouse, spark, batch, materialize)
+    """The log rows of every table; one materialization of each table's partition and one
+    evaluation of each check, as a run of ``maintained_table`` records them, for the tables
+    their last operation's step did not record already."""
+    record_tables(context, lakehouse, spark, batch, log_materialization(context))
     return batch
 
 

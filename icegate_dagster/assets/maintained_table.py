@@ -99,6 +99,8 @@ class TableRun:
     operations: tuple[str, ...]
     ops: list[OpResult] = field(default_factory=list)
     error: str | None = None
+    #: Its materialization and checks are recorded already (see ``MaintenanceBatch``).
+    recorded: bool = False
 
     def result(self) -> TableResult:
         """The table's outcome so far."""
@@ -109,9 +111,17 @@ class TableRun:
 
 @dataclass
 class MaintenanceBatch:
-    """The tables of one run, passed from step to step (each with its own operations)."""
+    """The tables of one run, passed from step to step (each with its own operations).
+
+    With ``record_when_done`` (the sensors' batch runs), a table is recorded by the step
+    of its last operation, as soon as that is done: its partition shows in the UI while the
+    run goes on, and Dagster's event writes overlap the other tables' Spark work. A run of
+    ``maintained_table`` records every partition in its ``record`` step (the only step
+    that may add an asset's metadata).
+    """
 
     tables: list[TableRun]
+    record_when_done: bool = False
 
 
 class PlanConfig(dg.Config):
@@ -222,7 +232,8 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
         # Tables side by side in the run's one Spark session (maintain.parallel_tables);
         # results are logged here, in the step's own thread, as tables finish.
         progress = ProgressLog(context, name)
-        for (table, _), result in each_table(
+        later = OPERATIONS.names()[OPERATIONS.names().index(name) + 1 :]
+        for (table, ref), result in each_table(
             todo,
             lambda item: maintainer.run_op(item[1], operation),
             maintainer.config.parallel_tables,
@@ -236,6 +247,11 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
                 progress.error(line)
             else:
                 progress.info(line)
+            applicable = maintainer.operations_for(ref)
+            if batch.record_when_done and not any(
+                op in table.operations and op in applicable for op in later
+            ):
+                record_table(context, maintainer, table, log_materialization(context), progress)
         progress.flush()
         return batch
 
@@ -319,6 +335,69 @@ def check_event(outcome: CheckOutcome, partition: str) -> dg.AssetCheckEvaluatio
 RecordPartition = Callable[[str, dict[str, Any]], None]
 
 
+def log_materialization(context: dg.OpExecutionContext) -> RecordPartition:
+    """Record a partition from any step of an op job: an ``AssetMaterialization`` event."""
+
+    def materialize(key: str, metadata: dict[str, Any]) -> None:
+        context.log_event(
+            dg.AssetMaterialization(asset_key=MAINTAINED_TABLE, partition=key, metadata=metadata)
+        )
+
+    return materialize
+
+
+def record_table(
+    context: dg.OpExecutionContext,
+    maintainer: Maintainer,
+    table: TableRun,
+    materialize: RecordPartition,
+    progress: ProgressLog,
+) -> None:
+    """One table's metadata (through ``materialize``) and one evaluation of each check."""
+    config = maintainer.config
+    result = table.result()
+    # A table that could not be resolved has no WAL folder to size. One whose WAL
+    # cannot be listed fails its wal_backlog check alone: the others are recorded.
+    wal_error: str | None = None
+    try:
+        wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
+    except Exception as exc:
+        wal_error = scrub(
+            f"cannot list the WAL of {table.key}: {type(exc).__name__}: {exc}", config
+        )
+        wal = WalStats(0, 0)
+        progress.error(wal_error)
+    outcomes = evaluate_health(result, config.for_table(table.key), wal)
+    if wal_error is not None:
+        outcomes = [
+            CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
+            if outcome.name == "wal_backlog"
+            else outcome
+            for outcome in outcomes
+        ]
+    health, health_check = _health_after(maintainer, table, wal if wal_error is None else None)
+    outcomes.append(health_check)
+    metadata = partition_metadata(result, wal, health)
+    if health is None:
+        metadata["health_error"] = health_check.description
+    if wal_error is not None:
+        for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
+            metadata.pop(name, None)  # unknown, not zero
+        metadata["wal_error"] = wal_error
+        metadata.setdefault("error", wal_error)
+    metadata["checks"] = dg.MetadataValue.json(
+        {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
+    )
+    materialize(table.key, metadata)
+    for outcome in outcomes:
+        # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
+        context.log_event(check_event(outcome, table.key))  # type: ignore[arg-type]
+    table.recorded = True
+    state = "ok" if result.ok else "FAILED"
+    score = f"; health score {health.score:.1f}" if health is not None else ""
+    progress.info(f"{table.key}: recorded, {state} in {result.duration_s:.1f}s{score}")
+
+
 def record_tables(
     context: dg.OpExecutionContext,
     lakehouse: LakehouseResource,
@@ -326,53 +405,14 @@ def record_tables(
     batch: MaintenanceBatch,
     materialize: RecordPartition,
 ) -> None:
-    """Finish a run: append the log rows (one append for the run), then per table its
-    metadata (through ``materialize``) and one evaluation of each check."""
+    """Finish a run: append the log rows of every table (one append for the run), then
+    record each table not recorded yet (see :func:`record_table`)."""
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
-    config = lakehouse.config()
-    results = [table.result() for table in batch.tables]
-    maintainer.write_logs(results)  # one append for the whole run
+    maintainer.write_logs([table.result() for table in batch.tables])
     progress = ProgressLog(context, "recorded")
-    for table, result in zip(batch.tables, results, strict=True):
-        # A table that could not be resolved has no WAL folder to size. One whose WAL
-        # cannot be listed fails its wal_backlog check alone: the others are recorded.
-        wal_error: str | None = None
-        try:
-            wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
-        except Exception as exc:
-            wal_error = scrub(
-                f"cannot list the WAL of {table.key}: {type(exc).__name__}: {exc}", config
-            )
-            wal = WalStats(0, 0)
-            progress.error(wal_error)
-        outcomes = evaluate_health(result, config.for_table(table.key), wal)
-        if wal_error is not None:
-            outcomes = [
-                CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
-                if outcome.name == "wal_backlog"
-                else outcome
-                for outcome in outcomes
-            ]
-        health, health_check = _health_after(maintainer, table, wal if wal_error is None else None)
-        outcomes.append(health_check)
-        metadata = partition_metadata(result, wal, health)
-        if health is None:
-            metadata["health_error"] = health_check.description
-        if wal_error is not None:
-            for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
-                metadata.pop(name, None)  # unknown, not zero
-            metadata["wal_error"] = wal_error
-            metadata.setdefault("error", wal_error)
-        metadata["checks"] = dg.MetadataValue.json(
-            {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
-        )
-        materialize(table.key, metadata)
-        for outcome in outcomes:
-            # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
-            context.log_event(check_event(outcome, table.key))  # type: ignore[arg-type]
-        state = "ok" if result.ok else "FAILED"
-        score = f"; health score {health.score:.1f}" if health is not None else ""
-        progress.info(f"{table.key}: {state} in {result.duration_s:.1f}s{score}")
+    for table in batch.tables:
+        if not table.recorded:
+            record_table(context, maintainer, table, materialize, progress)
     progress.flush()
 
 

@@ -26,6 +26,7 @@ leases all ran out has no process behind it (:meth:`TableLocks.run_liveness`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
@@ -474,8 +475,7 @@ class TableLocks:
             self.forget_old_heartbeats()
 
         def keep_alive() -> None:
-            while True:
-                time.sleep(interval)
+            while not _exiting.wait(interval):
                 try:
                     if not running():
                         return
@@ -505,6 +505,10 @@ class RunLiveness:
         beating = self.heartbeat_until is not None and self.heartbeat_until >= self.now
         return beating or bool(self.tables_held)
 
+
+#: Set when the interpreter exits: heartbeat threads stop before the modules they use go.
+_exiting = threading.Event()
+atexit.register(_exiting.set)
 
 _engines: dict[str, Any] = {}
 _engines_lock = threading.Lock()

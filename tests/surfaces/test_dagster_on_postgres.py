@@ -81,3 +81,52 @@ def test_maintenance_job_on_the_deploy_instance_stores_runs_in_postgres(
     )
     assert stored[0][0] == len(TABLES) + 1  # each table, then maintenance_log
     assert not any(p.suffix == ".db" for p in production_home.rglob("*"))
+
+
+def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgres(
+    lakehouse_factory: LakehouseFactory, production_home: Path, dagster_db: PostgresServer
+) -> None:
+    """The health sensor's request, run on the production instance: one run, each table its
+    own materialization and checks, stored in PostgreSQL; the run carries the tag the
+    instance's limit on maintenance runs counts."""
+    from icegate_dagster.definitions import defs
+    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.runs import BATCH_JOB, MAINTENANCE_TAG
+    from icegate_dagster.sensors import table_health_sensor
+    from tests.dagster.conftest import resources_for
+
+    tables = ["lakehouse.batch_a", "lakehouse.batch_b"]  # never maintained on this instance
+    lakehouse = lakehouse_factory(maintain={"health": {"small_files": 5}})
+    for table in tables:
+        lakehouse.add_table(table, appends=6)
+
+    with dg.DagsterInstance.from_config(str(production_home)) as instance:
+        instance.add_dynamic_partitions(iceberg_tables.name, tables)
+        context = dg.build_sensor_context(
+            instance=instance,
+            resources={"lakehouse": LakehouseResource(config_path=str(lakehouse.config_path))},
+        )
+        tick = table_health_sensor(context)
+        assert isinstance(tick, dg.SensorResult)
+        [request] = tick.run_requests or []
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance,
+            run_config=request.run_config,
+            tags=request.tags,
+            resources=resources_for(lakehouse),
+        )
+        assert result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None and run.tags[MAINTENANCE_TAG] == "spark"
+
+    stored = dagster_db.query(
+        "SELECT count(*) FROM event_logs WHERE run_id = %s AND dagster_event_type = %s",
+        (result.run_id, "ASSET_MATERIALIZATION"),
+    )
+    assert stored[0][0] == len(tables) + 1  # each table, then maintenance_log
+    checks = dagster_db.query(
+        "SELECT count(*) FROM event_logs WHERE run_id = %s AND dagster_event_type = %s",
+        (result.run_id, "ASSET_CHECK_EVALUATION"),
+    )
+    assert checks[0][0] == 6 * len(tables)

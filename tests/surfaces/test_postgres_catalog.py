@@ -370,3 +370,64 @@ def test_collected_orphans_are_deleted_later_on_the_postgres_catalog(
     )
     assert (where.namespace, where.name) in registered_tables
     assert pg_mor.server.query(f"SELECT table_name, holder FROM {LEASE_TABLE}") == []
+
+
+def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
+    pg_pass: PostgresPass,
+) -> None:
+    """Self-healing with the lease store in the catalog's PostgreSQL: a run whose heartbeat
+    another process keeps stays ``STARTED``; once that process is killed, the health
+    sensor fails the run after the lease (3 s here), saying why."""
+    import dagster as dg
+    import yaml
+
+    from icegate_dagster.definitions import defs
+    from icegate_dagster.maintenance.locks import HEARTBEAT_TABLE
+    from icegate_dagster.partitions import ICEBERG_TABLES
+    from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.runs import (
+        BATCH_JOB,
+        HEALTH_SENSOR,
+        TRIGGER_TAG,
+        BatchEntry,
+        batch_run_config,
+    )
+    from icegate_dagster.sensors import table_health_sensor
+    from tests.lease_holder import beating_in_another_process
+
+    lh = pg_pass.lakehouse
+    raw = yaml.safe_load(lh.config_path.read_text())  # ${ICEGATE_TEST_PG_PASSWORD} kept
+    raw.setdefault("maintain", {}).setdefault("locks", {})["lease"] = "3s"
+    config = lh.config_path.with_name("icegate-short-lease.yaml")
+    config.write_text(yaml.safe_dump(raw))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(ICEBERG_TABLES, list(TABLES))
+    run = instance.create_run_for_job(
+        defs.resolve_job_def(BATCH_JOB),
+        run_config=batch_run_config([BatchEntry("lakehouse.orders", ("optimize",), "s")]),
+        tags={TRIGGER_TAG: HEALTH_SENSOR},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+    def tick() -> dg.DagsterRunStatus:
+        context = dg.build_sensor_context(
+            instance=instance, resources={"lakehouse": LakehouseResource(config_path=str(config))}
+        )
+        table_health_sensor(context)
+        current = instance.get_run_by_id(run.run_id)
+        assert current is not None
+        return current.status
+
+    with beating_in_another_process(config, run.run_id) as worker:
+        time.sleep(4)
+        assert (run.run_id,) in pg_pass.server.query(f"SELECT run_id FROM {HEARTBEAT_TABLE}")
+        assert tick() == dg.DagsterRunStatus.STARTED
+        worker.kill()
+        worker.wait()
+        time.sleep(4)
+        assert tick() == dg.DagsterRunStatus.FAILURE
+
+    [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert event.dagster_event is not None
+    assert "its heartbeat was last renewed at" in str(event.dagster_event.message)
+    assert pg_pass.server.password not in str(event.dagster_event.message)
