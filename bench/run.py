@@ -285,6 +285,19 @@ def ops_named(tables: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [op for t in tables for op in t.get("ops", []) if op.get("operation") == name]
 
 
+def all_optimized(size: int) -> Callable[[ProcessRun], dict[str, Any]]:
+    """A check of a ``run --json``: ``size`` tables, all ok, each one compacted."""
+
+    def check(run: ProcessRun) -> dict[str, Any]:
+        found = all_ok(cli_json(run), size)
+        done = [op for op in ops_named(found, "optimize") if op["status"] == "completed"]
+        if len(done) != size:
+            raise ValueError(f"optimize completed on {len(done)} of {size} tables")
+        return {}
+
+    return check
+
+
 def built(what: str, action: Callable[[], Any]) -> Any:
     started = time.perf_counter()
     value = action()
@@ -418,16 +431,8 @@ def bench_scale_compaction(work: Path, settings: Settings) -> list[Figure]:
 
         def run_ours(template: Template = template, size: int = size) -> Sample:
             root = template.restore()
-
-            def check(run: ProcessRun) -> dict[str, Any]:
-                found = all_ok(cli_json(run), size)
-                done = [op for op in ops_named(found, "optimize") if op["status"] == "completed"]
-                if len(done) != size:
-                    raise ValueError(f"optimize completed on {len(done)} of {size} tables")
-                return {}
-
             argv = icegate("run", "--config", root / "icegate.yaml", "--json")
-            return cold(settings, f"ours ({size} tables)", argv, work, check)
+            return cold(settings, f"ours ({size} tables)", argv, work, all_optimized(size))
 
         (summary,) = alternate([Side(f"ours {size}", run_ours)], reps)
         summaries.append((size, summary))
@@ -861,16 +866,9 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
 
         def run_cli(size: int = size, cli: Template = cli) -> Sample:
             root = cli.restore()
-
-            def check(run: ProcessRun) -> dict[str, Any]:
-                found = all_ok(cli_json(run), size)
-                done = [op for op in ops_named(found, "optimize") if op["status"] == "completed"]
-                if len(done) != size:
-                    raise ValueError(f"optimize completed on {len(done)} of {size} tables")
-                return {}
-
             argv = icegate("run", "--config", root / "icegate.yaml", "--json")
-            return cold(settings, f"icegate-maintain run ({size} tables)", argv, work, check)
+            what = f"icegate-maintain run ({size} tables)"
+            return cold(settings, what, argv, work, all_optimized(size))
 
         def run_daemon(dmn: Template = dmn) -> Sample:
             root = dmn.restore()

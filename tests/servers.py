@@ -65,6 +65,30 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def child_processes() -> dict[int, list[int]]:
+    """Every process's children, by parent pid (read from /proc)."""
+    found: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            found.setdefault(ppid, []).append(int(entry.name))
+    return found
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    children = child_processes()
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
 def http_answers(url: str) -> bool:
     """Whether an HTTP server answers at ``url`` (any status counts)."""
     try:

@@ -1,6 +1,8 @@
 """Dagster tests: a temporary instance and a lakehouse whose tables are partitions."""
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -54,6 +56,44 @@ def small_lakehouse(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     lh.add_table("lakehouse.logs", appends=6, services=("api", "web"))
     lh.add_table("lakehouse.orders", appends=5, services=("shop",))
     lh.add_table("lakehouse.spans", appends=5, services=("a",))
+    return lh
+
+
+def run_request(
+    request: dg.RunRequest, lakehouse: Lakehouse, instance: dg.DagsterInstance
+) -> dg.ExecuteInProcessResult:
+    """What the daemon does with a sensor's run request: run its job with its config and
+    tags (in this process)."""
+    assert request.job_name is not None
+    return defs.resolve_job_def(request.job_name).execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        tags=request.tags,
+        resources=resources_for(lakehouse),
+    )
+
+
+#: Tables of the health trigger's tests: 6 small files in each partition (``optimize`` due
+#: with ``health.small_files`` 5); snapshots past a 1 s retention (``expire_snapshots``
+#: due, nothing else); one file per partition, nothing expirable (healthy).
+BUSY, OLD, IDLE = "lakehouse.busy", "lakehouse.old", "lakehouse.idle"
+
+
+def health_lakehouse(factory: LakehouseFactory, **maintain: Any) -> Lakehouse:
+    """BUSY, OLD and IDLE, with OLD's first snapshots past their retention."""
+    lh = factory(
+        maintain={
+            # OLD's two expirable snapshots make expiry due (default: 10 of them).
+            "health": {"small_files": 5, "expirable_snapshots": 1},
+            "tables": {OLD: {"expire_snapshots": {"retention_threshold": "1s"}}},
+            **maintain,
+        }
+    )
+    lh.add_table(OLD, appends=3)
+    written = time.monotonic()
+    lh.add_table(BUSY, appends=6)
+    lh.add_table(IDLE, appends=1)
+    time.sleep(max(0.0, 1.1 - (time.monotonic() - written)))
     return lh
 
 

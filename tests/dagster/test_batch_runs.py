@@ -5,7 +5,6 @@ its check evaluations and its log rows; the healthy table between them is left a
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import dagster as dg
@@ -18,28 +17,20 @@ from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import BATCH_JOB, TABLES_TAG, batch_entries
 from icegate_dagster.sensors import table_health_sensor
-from tests.dagster.conftest import discovery_tick, resources_for
+from tests.dagster.conftest import (
+    BUSY,
+    IDLE,
+    OLD,
+    discovery_tick,
+    health_lakehouse,
+    run_request,
+)
 from tests.lakehouse import Lakehouse, LakehouseFactory
-
-BUSY = "lakehouse.busy"  # 6 small files per partition: optimize is due
-IDLE = "lakehouse.idle"  # healthy
-OLD = "lakehouse.old"  # snapshots past a 1 s retention: expire_snapshots is due
 
 
 @pytest.fixture
 def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
-    lakehouse = lakehouse_factory(
-        maintain={
-            "health": {"small_files": 5, "expirable_snapshots": 1},
-            "tables": {OLD: {"expire_snapshots": {"retention_threshold": "1s"}}},
-        }
-    )
-    lakehouse.add_table(OLD, appends=3)
-    written = time.monotonic()
-    lakehouse.add_table(BUSY, appends=6)
-    lakehouse.add_table(IDLE, appends=1)
-    time.sleep(max(0.0, 1.1 - (time.monotonic() - written)))
-    return lakehouse
+    return health_lakehouse(lakehouse_factory)
 
 
 def _tick(lh: Lakehouse, instance: dg.DagsterInstance) -> dg.SensorResult:
@@ -74,12 +65,7 @@ def test_scattered_due_tables_share_one_run_each_doing_its_own_operations(
     planned = {entry.table: entry.operations for entry in batch_entries(run)}
     assert planned == {BUSY: ("optimize",), OLD: ("expire_snapshots",)}
 
-    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
-        instance=instance,
-        run_config=request.run_config,
-        tags=request.tags,
-        resources=resources_for(lh),
-    )
+    result = run_request(request, lh, instance)
 
     assert result.success
     # The work: BUSY compacted, OLD expired, rows unchanged, IDLE untouched.
@@ -152,12 +138,7 @@ def test_a_batch_with_a_table_dropped_before_its_run_maintains_the_others(
     assert OLD in instance.get_dynamic_partitions(iceberg_tables.name)
     instance.report_run_canceled(queued)
 
-    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
-        instance=instance,
-        run_config=request.run_config,
-        tags=request.tags,
-        resources=resources_for(lh),
-    )
+    result = run_request(request, lh, instance)
 
     assert result.success  # the run goes on; the dropped table fails alone
     assert len(lh.table(BUSY).inspect.files()) == 2

@@ -35,40 +35,16 @@ from icegate_dagster.runs import (
     trigger_history,
 )
 from icegate_dagster.sensors import table_health_sensor
-from tests.dagster.conftest import resources_for
+from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse, resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
-#: 6 small files in each partition: ``optimize`` is due (``health.small_files`` 5 here).
-BUSY = "lakehouse.busy"
-#: Snapshots past a 1 s retention: ``expire_snapshots`` is due, nothing else.
-OLD = "lakehouse.old"
-#: One file per partition, nothing expirable: healthy.
-IDLE = "lakehouse.idle"
 #: A partition whose table is not in the catalog.
 GHOST = "lakehouse.ghost"
 
 
-def _lakehouse(factory: LakehouseFactory, **maintain: Any) -> Lakehouse:
-    lh = factory(
-        maintain={
-            # OLD's two expirable snapshots make expiry due (default: 10 of them).
-            "health": {"small_files": 5, "expirable_snapshots": 1},
-            "tables": {OLD: {"expire_snapshots": {"retention_threshold": "1s"}}},
-            **maintain,
-        }
-    )
-    lh.add_table(OLD, appends=3)
-    written = time.monotonic()
-    lh.add_table(BUSY, appends=6)
-    lh.add_table(IDLE, appends=1)
-    # OLD's first snapshots pass their retention.
-    time.sleep(max(0.0, 1.1 - (time.monotonic() - written)))
-    return lh
-
-
 @pytest.fixture
 def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
-    return _lakehouse(lakehouse_factory)
+    return health_lakehouse(lakehouse_factory)
 
 
 def _resource(lh: Lakehouse) -> LakehouseResource:
@@ -243,7 +219,7 @@ def test_a_table_with_a_run_in_flight_gets_no_request(
 def test_the_budget_takes_the_neediest_and_names_the_backlog(
     lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
 ) -> None:
-    lh = _lakehouse(lakehouse_factory, trigger={"max_tables": 1})
+    lh = health_lakehouse(lakehouse_factory, trigger={"max_tables": 1})
     instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
 
     result = _tick(lh, instance)

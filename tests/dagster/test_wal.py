@@ -13,7 +13,7 @@ from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import BATCH_JOB, BatchEntry, batch_entries
 from icegate_dagster.sensors import BACKLOG_TAG, wal_size_sensor
-from tests.dagster.conftest import resources_for
+from tests.dagster.conftest import resources_for, run_request
 from tests.integration.test_wal_compaction import fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
@@ -129,12 +129,7 @@ def test_sensor_run_ingests_the_wal_and_records_it(
     history_before = _main_history(lh.table(LOGS))
     [request] = _tick(lh, instance).run_requests
 
-    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
-        instance=instance,
-        run_config=request.run_config,
-        tags=request.tags,
-        resources=resources_for(lh),
-    )
+    result = run_request(request, lh, instance)
 
     assert result.success
     assert spark_rows(lh, LOGS) == before + expected
@@ -246,12 +241,7 @@ def test_backlogs_due_at_one_tick_share_one_run_and_each_is_ingested(
     assert sorted(_tables(result)) == [LOGS, SPANS]
     assert BACKLOG_TAG not in request.tags  # each backlog is its table's state in the config
 
-    run = defs.resolve_job_def(BATCH_JOB).execute_in_process(
-        instance=instance,
-        run_config=request.run_config,
-        tags=request.tags,
-        resources=resources_for(lh),
-    )
+    run = run_request(request, lh, instance)
 
     assert run.success
     assert lh.wal_files(LOGS) == [] and lh.wal_files(SPANS) == []

@@ -15,20 +15,12 @@ from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import KILL_AT_ENV
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory
+from tests.servers import child_processes
 
 
 def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (the PySpark JVM), read from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+    """Direct children of ``pid`` (the PySpark JVM)."""
+    return child_processes().get(pid, [])
 
 
 def _compact(lh: Lakehouse, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -45,6 +37,25 @@ def _wait_gone(pids: list[int], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def _kill_while_writing(
+    proc: subprocess.Popen[bytes], lh: Lakehouse, targets: list[int] | None
+) -> list[int]:
+    """SIGKILL ``targets`` (default: the compaction's JVM) as soon as Spark has written its
+    first data file into the table's folder, i.e. mid-write or just after; the JVM's pids."""
+    data_dir = lh.data_dir(TABLE)
+    existing = set(data_dir.rglob("*.parquet"))
+    jvm: list[int] = []
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        jvm = jvm or _children(proc.pid)
+        if jvm and set(data_dir.rglob("*.parquet")) - existing:
+            for pid in targets if targets is not None else jvm:
+                os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    return jvm
 
 
 @pytest.fixture
@@ -75,19 +86,10 @@ def test_sigkill_between_commit_and_delete_then_rerun(lh: Lakehouse) -> None:
 def test_sigkill_while_spark_writes_then_rerun(lh: Lakehouse) -> None:
     before = spark_rows(lh, TABLE)
     expected = fill_wal(lh, files=40, rows_per_file=500)
-    data_dir = lh.data_dir(TABLE)
-    existing = set(data_dir.rglob("*.parquet"))
 
     proc = _compact(lh)
-    jvm: list[int] = []
     # Kill as soon as Spark has written its first data file, i.e. mid-write or just after.
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline:
-        jvm = jvm or _children(proc.pid)
-        if set(data_dir.rglob("*.parquet")) - existing:
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
+    jvm = _kill_while_writing(proc, lh, [proc.pid])
     proc.wait(timeout=60)
     _wait_gone(jvm)  # the JVM exits when its Python parent is gone
 
@@ -103,19 +105,9 @@ def test_a_jvm_killed_while_spark_writes_quarantines_no_file(lh: Lakehouse) -> N
     fails as a Spark failure, no WAL file is blamed for it, and a re-run ingests them all."""
     before = spark_rows(lh, TABLE)
     expected = fill_wal(lh, files=40, rows_per_file=500)
-    data_dir = lh.data_dir(TABLE)
-    existing = set(data_dir.rglob("*.parquet"))
 
     proc = _compact(lh)
-    jvm: list[int] = []
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline:
-        jvm = jvm or _children(proc.pid)
-        if jvm and set(data_dir.rglob("*.parquet")) - existing:
-            for pid in jvm:
-                os.kill(pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
+    jvm = _kill_while_writing(proc, lh, None)  # the JVM only
     _, stderr = proc.communicate(timeout=120)
 
     assert jvm, "the compaction finished before its JVM was killed"

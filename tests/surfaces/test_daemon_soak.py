@@ -42,7 +42,7 @@ from icegate_dagster.partitions import ICEBERG_TABLES
 from icegate_dagster.runs import BATCH_JOB, UNFINISHED, batch_entries
 from tests.integration.test_wal_compaction import wal_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
-from tests.servers import ServerProcess, free_port, http_answers, wait_until
+from tests.servers import ServerProcess, free_port, http_answers, process_tree, wait_until
 from tests.webserver import REPO, make_dagster_home
 
 pytestmark = pytest.mark.slow
@@ -65,34 +65,11 @@ KILL_EVERY_S = 35
 HEALED_WITHIN_S = 300
 
 
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            found.setdefault(ppid, []).append(int(entry.name))
-    return found
-
-
 def _cmdline(pid: int) -> str:
     try:
         return (Path(f"/proc/{pid}/cmdline").read_bytes()).replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def _tree(root: int) -> list[int]:
-    """``root`` and every process below it."""
-    children = _children()
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += children.get(pid, [])
-    return tree
 
 
 def _is_jvm(pid: int) -> bool:
@@ -106,15 +83,15 @@ def run_workers(root: int) -> list[tuple[int, list[int]]]:
     """The run workers under ``root`` (the code server starts each run in a spawned
     Python process), each with the JVMs below it."""
     workers = []
-    for pid in _tree(root):
+    for pid in process_tree(root):
         if "spawn_main" in _cmdline(pid) or "execute_run" in _cmdline(pid):
-            workers.append((pid, [child for child in _tree(pid)[1:] if _is_jvm(child)]))
+            workers.append((pid, [child for child in process_tree(pid)[1:] if _is_jvm(child)]))
     return workers
 
 
-def kill_tree(root: int) -> None:
+def killprocess_tree(root: int) -> None:
     """SIGKILL ``root`` and everything below it at once, as a host that dies would."""
-    for pid in _tree(root):
+    for pid in process_tree(root):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -263,7 +240,7 @@ def test_the_daemon_heals_itself_through_killed_workers_and_a_crash(
                 details=lambda: server.log_tail(60),
             )
             time.sleep(2)
-            kill_tree(server.process.pid)
+            killprocess_tree(server.process.pid)
             server.process.wait()
             crashed_runs = [
                 run_id

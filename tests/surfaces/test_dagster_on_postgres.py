@@ -89,12 +89,11 @@ def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgr
     """The health sensor's request, run on the production instance: one run, each table its
     own materialization and checks, stored in PostgreSQL; the run carries the tag the
     instance's limit on maintenance runs counts."""
-    from icegate_dagster.definitions import defs
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
-    from icegate_dagster.runs import BATCH_JOB, MAINTENANCE_TAG
+    from icegate_dagster.runs import MAINTENANCE_TAG
     from icegate_dagster.sensors import table_health_sensor
-    from tests.dagster.conftest import resources_for
+    from tests.dagster.conftest import run_request
 
     tables = ["lakehouse.batch_a", "lakehouse.batch_b"]  # never maintained on this instance
     lakehouse = lakehouse_factory(maintain={"health": {"small_files": 5}})
@@ -110,12 +109,7 @@ def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgr
         tick = table_health_sensor(context)
         assert isinstance(tick, dg.SensorResult)
         [request] = tick.run_requests or []
-        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
-            instance=instance,
-            run_config=request.run_config,
-            tags=request.tags,
-            resources=resources_for(lakehouse),
-        )
+        result = run_request(request, lakehouse, instance)
         assert result.success
         run = instance.get_run_by_id(result.run_id)
         assert run is not None and run.tags[MAINTENANCE_TAG] == "spark"
