@@ -10,7 +10,7 @@ operations and the state the sensor saw).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -309,7 +309,7 @@ def started_at(record: Any) -> datetime:
 
 def fail_dead_runs(
     instance: dg.DagsterInstance,
-    liveness: Any,  # Callable[[Sequence[str]], Mapping[str, RunLiveness]]
+    liveness: Callable[[list[str]], Mapping[str, RunLiveness]],
     lease: timedelta,
     now: datetime | None = None,
 ) -> list[DeadRun]:
