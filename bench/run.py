@@ -72,6 +72,8 @@ class Settings:
     #: ``daemon``'s lakehouse sizes, and the instance settings its daemon runs with.
     daemon_tables: tuple[int, ...] = (20, 100)
     dagster_yaml: Path = REPO / "dagster.yaml"
+    #: ``maintain.trigger.tables_per_run`` for ``daemon`` (None: the default).
+    tables_per_run: int | None = None
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -845,7 +847,9 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
     """N due tables (15 small files each) brought to health by Dagster's daemon alone vs.
     one cold ``icegate-maintain run`` over an identical lakehouse (see ``bench.daemon``)."""
     sizes: tuple[int, ...] = settings.pick(settings.daemon_tables, (3,))
-    maintain = {"expire_snapshots": {"retention_threshold": "1s"}}
+    maintain: dict[str, Any] = {"expire_snapshots": {"retention_threshold": "1s"}}
+    if settings.tables_per_run is not None:
+        maintain["trigger"] = {"tables_per_run": settings.tables_per_run}
     figures: list[Figure] = []
     for size in sizes:
 
@@ -979,6 +983,11 @@ def _parser() -> argparse.ArgumentParser:
         help="daemon: lakehouse sizes, comma-separated (default 20,100)",
     )
     parser.add_argument(
+        "--tables-per-run",
+        type=int,
+        help="daemon: maintain.trigger.tables_per_run of its lakehouses (default: the default)",
+    )
+    parser.add_argument(
         "--dagster-yaml",
         type=Path,
         default=REPO / "dagster.yaml",
@@ -1005,6 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
         gigabytes=float(os.environ.get("ICEGATE_BENCH_GB", "1")),
         daemon_tables=tuple(int(n) for n in args.daemon_tables.split(",") if n),
         dagster_yaml=args.dagster_yaml.resolve(),
+        tables_per_run=args.tables_per_run,
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))
