@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icegate_dagster import render
-from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, load_config
+from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, format_bytes, load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableRef, TableResult, TableStats
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from icegate_dagster.maintenance.table_health import TableHealth
+    from icegate_dagster.maintenance.health.score import TableHealth
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -157,7 +157,7 @@ def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int
 
 def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:
     """The table's health score and due operations, from metadata (and its WAL folder)."""
-    from icegate_dagster.maintenance.table_health import assess_table
+    from icegate_dagster.maintenance.health.score import assess_table
     from icegate_dagster.maintenance.wal import wal_stats
 
     config = maintainer.config
@@ -222,38 +222,42 @@ def _migrate(maintainer: Maintainer, namespace: str | None, as_json: bool) -> in
 
 def _deferred_orphans(maintainer: Maintainer, names: list[str], delete: bool, as_json: bool) -> int:
     """``orphans --collect`` / ``--delete-collected``: exit 1 if a table or a delete failed."""
-    from icegate_dagster.maintenance import deferred_orphans as deferred
+    from icegate_dagster.maintenance.ops import deferred_orphans as deferred
+    from icegate_dagster.maintenance.orphans.candidates import candidates_table
 
-    where = deferred.candidates_table(maintainer.config).key
-    results: Sequence[deferred.CollectResult | deferred.DeleteResult]
+    where = candidates_table(maintainer.config).key
+    mode = "delete_collected" if delete else "collect"
     if delete:
-        results = deferred.delete_collected(maintainer, names)
+        results = maintainer.run_each(names, deferred.DeleteCollectedOrphans())
     else:
-        results = deferred.collect(maintainer, names)
+        results = maintainer.run_each(names, deferred.CollectOrphans(), write_log=False)
+    reports = [deferred.deferred_report(result, mode) for result in results]
     if as_json:
         document = {
             "run_id": maintainer.run_id,
-            "mode": "delete_collected" if delete else "collect",
+            "mode": mode,
             "candidates_table": where,
-            "tables": [r.as_dict() for r in results],
+            "tables": reports,
         }
         print(json.dumps(document, indent=2))
     else:
-        for result in results:
-            print(f"{result.table}: {result.status}: {result.details}")
-            size = render.human_bytes
-            if isinstance(result, deferred.CollectResult):
-                rows = [["pending", c.path, size(c.size_bytes)] for c in result.candidates]
+        for report in reports:
+            print(f"{report['table']}: {report['status']}: {report['details']}")
+            if delete:
+                rows = [
+                    ["deleted", f["path"], format_bytes(f["size_bytes"])] for f in report["deleted"]
+                ]
+                rows += [[f"kept: {k['reason']}", k["path"], k["detail"]] for k in report["kept"]]
+                rows += [["failed", f["path"], f["error"]] for f in report["failed"]]
             else:
-                rows = [["deleted", f.path, size(f.size_bytes)] for f in result.deleted]
-                rows += [[f"kept: {k.reason}", k.path, k.detail] for k in result.kept]
-                rows += [["failed", f.path, f.error] for f in result.failed]
-                if result.error:
-                    print(f"  error: {result.error}")
+                rows = [
+                    ["pending", c["path"], format_bytes(c["size_bytes"])]
+                    for c in report["candidates"]
+                ]
             if rows:
                 print(render.text_table(["status", "file", "size / why"], rows))
         print(f"\ncandidates table: {where} (run_id {maintainer.run_id})")
-    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+    return EXIT_OK if all(result.ok for result in results) else EXIT_FAILED
 
 
 def _command(args: argparse.Namespace) -> int:

@@ -170,15 +170,18 @@ class OrphanTablesConfig(dg.Config):
 def _orphan_step_end(
     context: dg.OpExecutionContext,
     what: str,
-    results: Sequence[Any],
+    reports: Sequence[dict[str, Any]],
     metadata: dict[str, Any],
-    failed: dict[str, str],
 ) -> None:
-    """Log each table's result, attach ``metadata`` to the step; fail it at the end, naming
+    """Log each table's report, attach ``metadata`` to the step; fail it at the end, naming
     each failing table, when any failed (every other table was done first)."""
-    for result in results:
-        log = context.log.info if result.ok else context.log.error
-        log(f"{result.table}: {result.status}: {result.details}")
+    failed = {}
+    for report in reports:
+        log = context.log.info if report["ok"] else context.log.error
+        log(f"{report['table']}: {report['status']}: {report['details']}")
+        if not report["ok"]:
+            failed[report["table"]] = report["details"]
+    metadata["results"] = dg.MetadataValue.json(list(reports))
     if failed:
         named = "; ".join(f"{table}: {error}" for table, error in failed.items())
         raise dg.Failure(
@@ -196,20 +199,20 @@ def collect_orphans(
     spark: SparkResource,
 ) -> None:
     """``orphans --collect`` over the configured tables: counts and bytes as metadata."""
-    from icegate_dagster.maintenance import deferred_orphans as deferred
+    from icegate_dagster.maintenance.ops.deferred_orphans import CollectOrphans, deferred_report
+    from icegate_dagster.maintenance.orphans.candidates import candidates_table
 
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
-    results = deferred.collect(maintainer, config.tables)
+    results = maintainer.run_each(config.tables, CollectOrphans(), write_log=False)
+    reports = [deferred_report(result, "collect") for result in results]
     metadata: dict[str, Any] = {
-        "candidates_table": deferred.candidates_table(maintainer.config).key,
-        "tables": len(results),
-        "candidates": sum(len(r.candidates) for r in results),
-        "candidate_bytes": sum(r.bytes for r in results),
-        "replaced": sum(r.replaced for r in results),
-        "results": dg.MetadataValue.json([r.as_dict() for r in results]),
+        "candidates_table": candidates_table(maintainer.config).key,
+        "tables": len(reports),
+        "candidates": sum(len(r["candidates"]) for r in reports),
+        "candidate_bytes": sum(r["candidate_bytes"] for r in reports),
+        "replaced": sum(r["replaced"] for r in reports),
     }
-    failed = {r.table: r.details for r in results if not r.ok}
-    _orphan_step_end(context, "collecting orphans", results, metadata, failed)
+    _orphan_step_end(context, "collecting orphans", reports, metadata)
 
 
 @dg.op(
@@ -223,21 +226,24 @@ def delete_collected_orphans(
     spark: SparkResource,
 ) -> None:
     """``orphans --delete-collected`` over the configured tables: counts and bytes as metadata."""
-    from icegate_dagster.maintenance import deferred_orphans as deferred
+    from icegate_dagster.maintenance.ops.deferred_orphans import (
+        DeleteCollectedOrphans,
+        deferred_report,
+    )
+    from icegate_dagster.maintenance.orphans.candidates import candidates_table
 
     maintainer = lakehouse.maintainer(context.run.run_id, spark)
-    results = deferred.delete_collected(maintainer, config.tables)
+    results = maintainer.run_each(config.tables, DeleteCollectedOrphans())
+    reports = [deferred_report(result, "delete_collected") for result in results]
     metadata: dict[str, Any] = {
-        "candidates_table": deferred.candidates_table(maintainer.config).key,
-        "tables": len(results),
-        "orphans_removed": sum(len(r.deleted) for r in results),
-        "bytes_removed": sum(r.bytes_deleted for r in results),
-        "kept": sum(len(r.kept) for r in results),
-        "delete_failures": sum(len(r.failed) for r in results),
-        "results": dg.MetadataValue.json([r.as_dict() for r in results]),
+        "candidates_table": candidates_table(maintainer.config).key,
+        "tables": len(reports),
+        "orphans_removed": sum(len(r["deleted"]) for r in reports),
+        "bytes_removed": sum(r["bytes_deleted"] for r in reports),
+        "kept": sum(len(r["kept"]) for r in reports),
+        "delete_failures": sum(len(r["failed"]) for r in reports),
     }
-    failed = {r.table: r.problem for r in results if r.problem is not None}
-    _orphan_step_end(context, "deleting collected orphans", results, metadata, failed)
+    _orphan_step_end(context, "deleting collected orphans", reports, metadata)
 
 
 @dg.job(

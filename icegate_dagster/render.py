@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from icegate_dagster.config import format_bytes
 from icegate_dagster.maintenance.ops import OPERATIONS
 from icegate_dagster.maintenance.results import TableResult, TableStats
 
 if TYPE_CHECKING:
-    from icegate_dagster.maintenance.table_health import TableHealth
+    from icegate_dagster.maintenance.health.score import TableHealth
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -28,16 +29,6 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
         return "| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |"
 
     return "\n".join([line(headers), "|" + "---|" * len(headers), *map(line, rows)])
-
-
-def human_bytes(value: int) -> str:
-    """``1536`` -> ``1.5 KB``."""
-    size = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"
 
 
 def _arrow(before: int | None, after: int | None, fmt: Callable[[int], str] = str) -> str:
@@ -66,7 +57,7 @@ def before_after(results: Sequence[TableResult]) -> str:
             [
                 r.table,
                 _arrow(b.data_files if b else None, a.data_files if a else None),
-                _arrow(b.data_bytes if b else None, a.data_bytes if a else None, human_bytes),
+                _arrow(b.data_bytes if b else None, a.data_bytes if a else None, format_bytes),
                 _arrow(b.snapshots if b else None, a.snapshots if a else None),
                 # Rows a reader sees ("?" where a table with delete files was not counted).
                 _arrow(b.live_rows if b else None, a.live_rows if a else None),
@@ -127,7 +118,7 @@ def status_table(
                 s.data_files,
                 s.small_files,
                 s.delete_files,
-                human_bytes(s.data_bytes),
+                format_bytes(s.data_bytes),
                 s.snapshots,
                 s.manifests,
                 s.rows,

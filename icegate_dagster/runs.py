@@ -20,7 +20,7 @@ import dagster as dg
 from icegate_dagster.config import format_duration
 
 if TYPE_CHECKING:
-    from icegate_dagster.maintenance.locks import RunLiveness
+    from icegate_dagster.maintenance.leases.store import RunLiveness
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"

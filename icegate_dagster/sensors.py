@@ -20,8 +20,8 @@ from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.maintenance.leasing import lease_store
-from icegate_dagster.maintenance.locks import RunLiveness
+from icegate_dagster.maintenance.leases.holder import lease_store
+from icegate_dagster.maintenance.leases.store import RunLiveness
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_stats
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource

@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.maintenance.locks import LockHolder, holder_description
+from icegate_dagster.maintenance.leases.store import LockHolder, holder_description
 locks = Maintainer(load_config(sys.argv[1])).leasing.locks
 with locks.hold(sys.argv[2], holder_description(sys.argv[3]), timedelta(0)) as held:
     assert not isinstance(held, LockHolder)
@@ -29,7 +29,7 @@ BEATER = """
 import sys, threading
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.maintenance.locks import holder_description
+from icegate_dagster.maintenance.leases.store import holder_description
 locks = Maintainer(load_config(sys.argv[1])).leasing.locks
 locks.start_heartbeat(sys.argv[2], holder_description(sys.argv[2]), lambda: True)
 print("beating", flush=True)

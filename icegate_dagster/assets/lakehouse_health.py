@@ -23,8 +23,8 @@ from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.catalog import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS, TableRef
-from icegate_dagster.maintenance.table_health import TableHealth, assess_table, thresholds_for
-from icegate_dagster.maintenance.triggering import (
+from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.health.selection import (
     LakehouseHealth,
     Selection,
     rotation,

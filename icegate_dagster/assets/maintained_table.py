@@ -31,15 +31,15 @@ from icegate_dagster.maintenance import (
     TableResult,
     TableStats,
 )
-from icegate_dagster.maintenance.health import (
+from icegate_dagster.maintenance.health.checks import (
     CHECK_NAMES,
     CheckOutcome,
     evaluate_health,
     health_score_check,
 )
+from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
-from icegate_dagster.maintenance.table_health import TableHealth, assess_table, thresholds_for
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource

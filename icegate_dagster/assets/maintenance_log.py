@@ -6,7 +6,7 @@ import dagster as dg
 
 from icegate_dagster import render
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
-from icegate_dagster.maintenance.log import ensure_log_table, log_size, read_log
+from icegate_dagster.maintenance.log.writer import ensure_log_table, log_size, read_log
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
 MAINTENANCE_LOG = dg.AssetKey("maintenance_log")

@@ -57,6 +57,7 @@ from icegate_dagster.config.models import (
 from icegate_dagster.config.values import (
     Duration,
     Size,
+    format_bytes,
     format_duration,
     parse_duration,
     parse_size,
@@ -91,6 +92,7 @@ __all__ = [
     "TriggerSettings",
     "config_from_dict",
     "embedded_default_dict",
+    "format_bytes",
     "format_duration",
     "load_config",
     "parse_duration",

@@ -74,6 +74,16 @@ def format_duration(value: timedelta) -> str:
     return f"{seconds}s"
 
 
+def format_bytes(value: int) -> str:
+    """A byte count for people: ``1536`` -> ``1.5 KB`` (messages and tables, not config)."""
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"
+
+
 def validate_sort_order(text: str) -> str:
     """Accept ``zorder(a, b)`` or ``a ASC NULLS LAST, b DESC``; anything else is refused.
 

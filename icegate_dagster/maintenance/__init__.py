@@ -1,4 +1,22 @@
-"""The maintenance layer: plain Python with no Dagster imports, shared by the CLI and the assets."""
+"""The maintenance layer: plain Python with no Dagster imports, shared by the CLI and the assets.
+
+Its rooms, by concern:
+
+- :mod:`.maintainer`: the pass (tables, leases, operations, log rows), one implementation;
+- :mod:`.ops`: the operations and their registry;
+- :mod:`.health`: figures, score, due operations, the trigger's selection, the checks;
+- :mod:`.wal`: WAL ingest, exactly once;
+- :mod:`.leases`: one maintainer per table, run heartbeats;
+- :mod:`.log`: the maintenance log table and its upkeep;
+- :mod:`.orphans`: the cheap look for orphan files, deferred deletion's candidates;
+- single modules: :mod:`.results` (outcomes as dataclasses), :mod:`.identifiers` (table
+  names), :mod:`.discovery` (which tables exist), :mod:`.iceberg_java` (Iceberg's Java
+  API on the driver), :mod:`.parallel` (tables side by side), :mod:`.pyiceberg_writes` (our own
+  tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas).
+
+May import ``config``, ``errors``, ``catalog`` and ``spark_session``; never Dagster,
+``render`` or an entry point (``tests/unit/test_import_layers.py`` keeps it so).
+"""
 
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.maintainer import Maintainer, new_run_id

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, TableSettings
-from icegate_dagster.errors import describe_error
-from icegate_dagster.maintenance import log_upkeep
-from icegate_dagster.maintenance.deferred_orphans import candidates_table
+from icegate_dagster.errors import IcegateError, TableNotFoundError, describe_error
 from icegate_dagster.maintenance.discovery import (
     TableLocations,
     discover_tables,
     load_table,
     resolve_table,
 )
+from icegate_dagster.maintenance.health.stats import StatsCache
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.leasing import TableLeasing
-from icegate_dagster.maintenance.log import LogWriter
+from icegate_dagster.maintenance.leases.holder import TableLeasing
+from icegate_dagster.maintenance.log import upkeep
+from icegate_dagster.maintenance.log.writer import LogWriter
 from icegate_dagster.maintenance.ops import (
     OPERATIONS,
     FaultHook,
@@ -39,9 +39,9 @@ from icegate_dagster.maintenance.ops import (
     perform,
     skip_reason,
 )
+from icegate_dagster.maintenance.orphans.candidates import candidates_table
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.results import OpResult, Outcome, TableResult, TableStats
-from icegate_dagster.maintenance.stats import StatsCache
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -101,7 +101,7 @@ class Maintainer:
             fault_hook=lambda point: self.fault_hook(point) if self.fault_hook else None,
         )
         self.log = LogWriter(lambda: self.catalog, config, self.run_id, lambda: self._spark)
-        #: The log table's own upkeep in the last :meth:`maintain` (see ``log_upkeep``).
+        #: The log table's own upkeep in the last :meth:`maintain` (see :mod:`.log.upkeep`).
         self.log_upkeep: list[OpResult] = []
 
     @property
@@ -140,7 +140,7 @@ class Maintainer:
     def settings(self, ref: TableRef) -> TableSettings:
         """The table's effective settings (the log table's own unless configured)."""
         if ref.key == self.config.log_table and ref.key not in self.config.table_overrides:
-            return log_upkeep.log_table_settings(self.config.defaults)
+            return upkeep.log_table_settings(self.config.defaults)
         return self.config.for_table(ref.key)
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
@@ -228,7 +228,8 @@ class Maintainer:
                 outcome, after = skipped, before
             else:
                 ran = True
-                with self.leasing.hold(ref.key, leased=not dry_run) as held:
+                leased = op.holds_lease and not dry_run
+                with self.leasing.hold(ref.key, leased=leased) as held:
                     table = self.load(ref)  # as it is now that the table is ours
                     before = self.stats(ref, table)
                     context = self._context(ref, table, before, dry_run=dry_run, force=force)
@@ -264,18 +265,20 @@ class Maintainer:
             dry_run=dry_run,
             force=force,
             fault_hook=self.fault_hook,
+            run_id=self.run_id,
         )
 
     def maintain_table(
         self,
         ref: TableRef,
-        operations: Sequence[str] | None = None,
+        operations: Sequence[str | Operation] | None = None,
         *,
         dry_run: bool = False,
         write_log: bool = True,
         force: bool = False,
     ) -> TableResult:
-        """Run ``operations`` (default: the table's full pass) in order, then log every outcome."""
+        """Run ``operations`` (names or operations; default: the table's full pass) in
+        order, then log every outcome."""
         started = time.monotonic()
         if operations is None:
             operations = self.operations_for(ref)
@@ -285,11 +288,12 @@ class Maintainer:
         except Exception as exc:
             # Every outcome reaches the log, a table that cannot be read included.
             message = describe_error(exc, self._scrub)
-            result = TableResult.failed(ref.key, message, operations, time.monotonic() - started)
+            names = [op if isinstance(op, str) else op.name for op in operations]
+            result = TableResult.failed(ref.key, message, names, time.monotonic() - started)
         else:
             results = []
-            for name in operations:
-                op_result = self.run_op(ref, name, dry_run=dry_run, force=force, table=table)
+            for operation in operations:
+                op_result = self.run_op(ref, operation, dry_run=dry_run, force=force, table=table)
                 results.append(op_result)
                 # The metadata read once serves every plan until an operation changes it.
                 table = table if op_result.status == "skipped" else None
@@ -330,9 +334,44 @@ class Maintainer:
             self.log_upkeep = self.maintain_log_table()
         return [done[index] for index in range(len(refs))]
 
+    def run_each(
+        self, names: Sequence[str] | None, operation: Operation, *, write_log: bool = True
+    ) -> list[TableResult]:
+        """``operation`` alone on each named table (every discovered table when none is
+        named), one table at a time, logged unless ``write_log`` is false. A name that does
+        not resolve fails alone, with a ``failed`` log row when it is a table name at all."""
+        if not names:
+            return [
+                self.maintain_table(ref, [operation], write_log=write_log)
+                for ref in self.discover()
+            ]
+        results = []
+        for name in dict.fromkeys(names):
+            try:
+                ref = self.resolve(name)
+            except IcegateError as exc:
+                try:
+                    key = TableRef.parse(name).key
+                except IcegateError:  # not a table name at all: nothing to log
+                    results.append(TableResult.failed(name, str(exc), [operation.name]))
+                    continue
+                failed = TableResult.failed(key, str(exc), [operation.name])
+                if write_log:
+                    self.write_logs([failed])
+                results.append(failed)
+                continue
+            results.append(self.maintain_table(ref, [operation], write_log=write_log))
+        return results
+
     def maintain_log_table(self) -> list[OpResult]:
-        """Keep the log table from rotting (see :mod:`.log_upkeep`)."""
-        return log_upkeep.maintain_log_table(self)
+        """Keep the log table from rotting (see :mod:`.log.upkeep`): run the operations it
+        is due for; an absent log table needs nothing."""
+        ref = self.log_table
+        try:
+            stats = self.stats(ref)
+        except TableNotFoundError:
+            return []
+        return [self.run_op(ref, operation) for operation in upkeep.due_operations(stats)]
 
     def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
         """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""

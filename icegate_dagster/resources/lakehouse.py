@@ -12,8 +12,8 @@ from icegate_dagster.catalog import open_catalog, scrub
 from icegate_dagster.config import IcegateConfig, load_config
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.maintenance.leasing import lease_store
-from icegate_dagster.maintenance.locks import holder_description
+from icegate_dagster.maintenance.leases.holder import lease_store
+from icegate_dagster.maintenance.leases.store import holder_description
 from icegate_dagster.resources.spark import SparkResource
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ import dagster as dg
 
 from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.maintenance import OPERATIONS
-from icegate_dagster.maintenance.health import CHECK_NAMES
+from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from tests.contract import CONTRACT_METADATA_KEYS
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import Lakehouse

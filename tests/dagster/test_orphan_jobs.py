@@ -8,7 +8,7 @@ from typing import Any
 import dagster as dg
 
 from icegate_dagster.definitions import defs
-from icegate_dagster.maintenance.deferred_orphans import candidates_table, read_candidates
+from icegate_dagster.maintenance.orphans.candidates import candidates_table, read_candidates
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import LakehouseFactory
 

@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from icegate_dagster.cli import run_cli
-from icegate_dagster.maintenance.deferred_orphans import candidates_table, read_candidates
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.ops.deferred_orphans import CollectOrphans, DeleteCollectedOrphans
+from icegate_dagster.maintenance.orphans.candidates import candidates_table, read_candidates
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
@@ -147,3 +149,43 @@ def test_collecting_again_replaces_pending_a_vetoed_row_spares_its_file_gc_off_d
         with pytest.raises(SystemExit) as usage:
             run_cli(["orphans", *flags, "--config", str(lh.config_path), "--table", TABLE])
         assert usage.value.code == 2
+
+
+def test_deferred_deletion_is_an_operation_with_the_dry_run_of_every_other(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    """Collecting and deleting collected candidates run through the maintainer as any
+    operation: a dry run of each says what it would do and changes nothing, neither the
+    files nor the candidates table; only the real delete writes a log row."""
+    lh = lakehouse_factory()
+    lh.add_table(TABLE, appends=2)
+    orphan = lh.plant_file(TABLE, "orphan.parquet", MONTH)
+    maintainer = Maintainer(lh.config)
+    ref = maintainer.resolve(TABLE)
+
+    def logged() -> list[tuple[str, str]]:
+        if not lh.catalog.table_exists(TableRef.parse(lh.config.log_table).identifier):
+            return []
+        return [(r["operation"], r["status"]) for r in lh.log_rows()]
+
+    would_collect = maintainer.run_op(ref, CollectOrphans(), dry_run=True)
+
+    assert would_collect.status == "completed", would_collect.details
+    assert [_local(c["path"]) for c in would_collect.output["candidates"]] == [orphan]
+    assert _statuses(lh) == {}  # nothing recorded
+    [collected] = maintainer.run_each([TABLE], CollectOrphans(), write_log=False)
+    assert collected.ok and _statuses(lh) == {orphan: "pending"}
+
+    would_delete = maintainer.run_op(ref, DeleteCollectedOrphans(), dry_run=True)
+
+    assert would_delete.status == "completed", would_delete.details
+    assert "would delete 1 of 1" in would_delete.details
+    assert would_delete.output["orphans_removed"] == 0
+    assert orphan.exists() and _statuses(lh) == {orphan: "pending"}
+    assert logged() == []
+
+    [deleted] = maintainer.run_each([TABLE], DeleteCollectedOrphans())
+
+    assert deleted.ok and not orphan.exists()
+    assert _statuses(lh) == {orphan: "deleted"}
+    assert logged() == [("remove_orphan_files", "completed")]

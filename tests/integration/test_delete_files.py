@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
-from icegate_dagster.maintenance.health import CheckOutcome, evaluate_health
+from icegate_dagster.maintenance.health.checks import CheckOutcome, evaluate_health
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.spark_session import get_spark
 from tests.duckdb_reader import duckdb_iceberg

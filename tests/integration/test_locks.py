@@ -14,7 +14,7 @@ from sqlalchemy import insert, literal_column, update
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.locks import LockHolder, TableLocks
+from icegate_dagster.maintenance.leases.store import LockHolder, TableLocks
 from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.lease_holder import held_by_another_process
 

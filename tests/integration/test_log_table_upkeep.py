@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.maintenance.log import ensure_log_table, log_size
-from icegate_dagster.maintenance.log_upkeep import (
+from icegate_dagster.maintenance.log.upkeep import (
     LOG_TABLE_SMALL_FILES,
     LOG_TABLE_SNAPSHOTS,
 )
+from icegate_dagster.maintenance.log.writer import ensure_log_table, log_size
 from tests.lakehouse import LakehouseFactory
 
 RUNS = 120

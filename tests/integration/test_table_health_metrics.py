@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from icegate_dagster.cli import run_cli
-from icegate_dagster.maintenance.table_health import assess_table, collect_metrics
+from icegate_dagster.maintenance.health.score import assess_table, collect_metrics
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

@@ -36,7 +36,7 @@ from pyiceberg.exceptions import CommitFailedException
 
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.maintenance.table_health import assess_table
+from icegate_dagster.maintenance.health.score import assess_table
 from icegate_dagster.maintenance.wal import wal_stats
 from icegate_dagster.partitions import ICEBERG_TABLES
 from icegate_dagster.runs import BATCH_JOB, UNFINISHED, batch_entries

@@ -24,9 +24,9 @@ import pytest
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
-from icegate_dagster.maintenance.deferred_orphans import candidates_table, read_candidates
-from icegate_dagster.maintenance.health import evaluate_health
-from icegate_dagster.maintenance.locks import LEASE_TABLE
+from icegate_dagster.maintenance.health.checks import evaluate_health
+from icegate_dagster.maintenance.leases.store import LEASE_TABLE
+from icegate_dagster.maintenance.orphans.candidates import candidates_table, read_candidates
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, batch
@@ -382,7 +382,7 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
     import yaml
 
     from icegate_dagster.definitions import defs
-    from icegate_dagster.maintenance.locks import HEARTBEAT_TABLE
+    from icegate_dagster.maintenance.leases.store import HEARTBEAT_TABLE
     from icegate_dagster.partitions import ICEBERG_TABLES
     from icegate_dagster.resources import LakehouseResource
     from icegate_dagster.runs import (

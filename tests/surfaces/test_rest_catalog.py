@@ -36,9 +36,9 @@ from icegate_dagster.assets.lakehouse_health import LAKEHOUSE_HEALTH
 from icegate_dagster.config import IcegateConfig, config_from_dict, load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.log import read_log
+from icegate_dagster.maintenance.log.writer import read_log
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
-from icegate_dagster.maintenance.orphans import orphan_candidates
+from icegate_dagster.maintenance.orphans.listing import orphan_candidates
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.runs import (

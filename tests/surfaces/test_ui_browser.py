@@ -16,7 +16,7 @@ import dagster as dg
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from icegate_dagster.maintenance.health import CHECK_NAMES
+from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.webserver import REPO, make_dagster_home, running_webserver

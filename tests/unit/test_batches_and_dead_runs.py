@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from icegate_dagster.batches import sensor_run_requests, split_evenly
-from icegate_dagster.maintenance.locks import RunLiveness
+from icegate_dagster.maintenance.leases.store import RunLiveness
 from icegate_dagster.runs import (
     BATCH_JOB,
     STATE_TAG,

@@ -17,18 +17,18 @@ from pyiceberg.typedef import Record
 
 from icegate_dagster.config import RewritePositionDeletesSettings, config_from_dict
 from icegate_dagster.errors import IcegateError
-from icegate_dagster.maintenance.manifest_walk import (
+from icegate_dagster.maintenance.health.manifest_walk import (
     DELETE_FILE_PATH_ID,
     Entry,
     WalkRules,
     walk_entries,
 )
+from icegate_dagster.maintenance.health.stats import delete_figures, stats_of
 from icegate_dagster.maintenance.ops.rewrite_position_delete_files import (
     position_delete_options,
     position_deletes_plan,
 )
 from icegate_dagster.maintenance.results import TableStats
-from icegate_dagster.maintenance.stats import delete_figures, stats_of
 
 WAREHOUSE = "file:///lake/orders/data"
 

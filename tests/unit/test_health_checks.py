@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from icegate_dagster.config import TableSettings, config_from_dict
-from icegate_dagster.maintenance.health import CHECK_NAMES, CheckOutcome, evaluate_health
+from icegate_dagster.maintenance.health.checks import CHECK_NAMES, CheckOutcome, evaluate_health
 from icegate_dagster.maintenance.results import OpResult, Status, TableResult, TableStats
 from icegate_dagster.maintenance.wal import WalStats
 

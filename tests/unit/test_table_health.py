@@ -13,10 +13,9 @@ from pyiceberg.table import Table
 
 from icegate_dagster.config import TableSettings, config_from_dict
 from icegate_dagster.errors import ConfigError
-from icegate_dagster.maintenance import manifest_walk
-from icegate_dagster.maintenance.manifest_walk import WalkCache, WalkRules
-from icegate_dagster.maintenance.stats import StatsCache
-from icegate_dagster.maintenance.table_health import (
+from icegate_dagster.maintenance.health import manifest_walk
+from icegate_dagster.maintenance.health.manifest_walk import WalkCache, WalkRules
+from icegate_dagster.maintenance.health.score import (
     WEIGHTS,
     HealthMetrics,
     PartitionFragments,
@@ -25,6 +24,7 @@ from icegate_dagster.maintenance.table_health import (
     collect_metrics,
     thresholds_for,
 )
+from icegate_dagster.maintenance.health.stats import StatsCache
 from tests.unit.pyiceberg_tables import create_table, rows, sqlite_catalog
 
 KB, MB = 1024, 1024**2

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from icegate_dagster.config import TriggerSettings
-from icegate_dagster.maintenance.health import health_score_check
-from icegate_dagster.maintenance.table_health import DueOperation, HealthMetrics, TableHealth
-from icegate_dagster.maintenance.triggering import (
+from icegate_dagster.maintenance.health.checks import health_score_check
+from icegate_dagster.maintenance.health.score import DueOperation, HealthMetrics, TableHealth
+from icegate_dagster.maintenance.health.selection import (
     Selection,
     backoff_wait,
     rotation,

@@ -53,6 +53,8 @@ class OpContext:
     #: Run even below the operation's thresholds (``compact --force``).
     force: bool = False
     fault_hook: FaultHook | None = None
+    #: The run this operation belongs to (log rows, recorded candidates).
+    run_id: str = ""
 
     @property
     def catalog_name(self) -> str:
@@ -104,6 +106,9 @@ class Operation(ABC):
     force_help: ClassVar[str | None] = None
     #: It deletes files: Iceberg refuses it where ``gc.enabled=false``, so it is skipped there.
     deletes_files: ClassVar[bool] = False
+    #: It runs under the table's lease (unless a dry run); ``False`` for an operation that
+    #: changes no file of the table.
+    holds_lease: ClassVar[bool] = True
     #: A table with no snapshot yet has nothing for it (WAL ingest is the exception).
     needs_snapshot: ClassVar[bool] = True
     #: A dry run describes the work from settings and stats (``run`` under ``dry_run``)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from icegate_dagster.config import format_duration
+from icegate_dagster.config import format_bytes, format_duration
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
 from icegate_dagster.maintenance.ops.procedures import (
     call_procedure,
@@ -189,10 +189,8 @@ class ExpiryPlan:
 
     def summary(self) -> str:
         """The files and bytes in words."""
-        from icegate_dagster.render import human_bytes
-
         text = (
-            f"{self.files} files ({human_bytes(self.bytes)}): {len(self.data_files)} data, "
+            f"{self.files} files ({format_bytes(self.bytes)}): {len(self.data_files)} data, "
             f"{len(self.delete_files)} delete, {len(self.manifests)} manifests, "
             f"{len(self.manifest_lists)} manifest lists, "
             f"{len(self.statistics_files)} statistics files"
@@ -502,9 +500,7 @@ class ExpireSnapshots(Operation):
             f"{out['deleted_manifest_lists_count']} manifest lists"
         )
         if "bytes_freed" in out:
-            from icegate_dagster.render import human_bytes
-
-            details += f" ({human_bytes(out['bytes_freed'])} freed)"
+            details += f" ({format_bytes(out['bytes_freed'])} freed)"
         if out["partition_specs_dropped"] or out["schemas_dropped"]:
             details += (
                 f"; dropped unused partition specs {out['partition_specs_dropped']} "

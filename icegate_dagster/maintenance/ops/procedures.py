@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.identifiers import quote_identifier, sql_string
-from icegate_dagster.maintenance.locks import check_lease
+from icegate_dagster.maintenance.leases.store import check_lease
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,7 @@ from icegate_dagster.maintenance.ops.base import (
     refuse_crossing_paths,
 )
 from icegate_dagster.maintenance.ops.procedures import call_procedure, timestamp_literal
-from icegate_dagster.maintenance.orphans import orphan_candidates
+from icegate_dagster.maintenance.orphans.listing import orphan_candidates
 from icegate_dagster.maintenance.results import Outcome
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
-from icegate_dagster.maintenance.locks import check_lease
+from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation
 from icegate_dagster.maintenance.ops.procedures import timestamp_literal, utc, wall_clock
 from icegate_dagster.maintenance.results import Outcome

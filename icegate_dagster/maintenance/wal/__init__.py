@@ -7,9 +7,13 @@ The modules, by concern:
 - :mod:`.schema`: whether a file's Parquet footer fits the table's schema (pyarrow, no JVM);
 - :mod:`.frame`: the Spark DataFrame of a batch, timestamps converted exactly;
 - :mod:`.publish`: the exactly-once protocol (staging branch, validated commit, ledger);
-- :mod:`.locking`: one compaction per table at a time on a host;
+- :mod:`.folder_lock`: one compaction per table at a time on a host;
 - :mod:`.checkpoints`: the step boundaries where crash tests strike;
 - :mod:`.compaction`: one run, from the lock to the deletes.
+
+May import: ``config``, ``errors``, ``spark_session``, :mod:`..identifiers`,
+:mod:`..results`, :mod:`..iceberg_java`, :mod:`..leases`. Never :mod:`..ops`, Dagster or
+presentation.
 """
 
 from icegate_dagster.maintenance.wal.checkpoints import CHECKPOINTS, KILL_AT_ENV, FaultHook
@@ -29,8 +33,8 @@ from icegate_dagster.maintenance.wal.files import (
     wal_location,
     wal_stats,
 )
+from icegate_dagster.maintenance.wal.folder_lock import LOCK_FILE, wal_folder_lock
 from icegate_dagster.maintenance.wal.frame import spark_path
-from icegate_dagster.maintenance.wal.locking import LOCK_FILE, wal_folder_lock
 from icegate_dagster.maintenance.wal.publish import (
     BATCH_PROPERTY,
     FILES_PROPERTY,

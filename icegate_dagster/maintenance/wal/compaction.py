@@ -28,8 +28,8 @@ from icegate_dagster.maintenance.wal.files import (
     wal_filesystem,
     wal_location,
 )
+from icegate_dagster.maintenance.wal.folder_lock import wal_folder_lock
 from icegate_dagster.maintenance.wal.frame import spark_failure, spark_problem
-from icegate_dagster.maintenance.wal.locking import wal_folder_lock
 from icegate_dagster.maintenance.wal.publish import (
     STAGING_PREFIX,
     AlreadyCommitted,

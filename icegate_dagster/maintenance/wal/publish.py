@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from icegate_dagster.errors import OperationError, describe_error
 from icegate_dagster.maintenance.iceberg_java import java_table
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
-from icegate_dagster.maintenance.locks import check_lease
+from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.wal.checkpoints import FaultHook, checkpoint
 from icegate_dagster.maintenance.wal.files import WalFile, list_wal_files, wal_filesystem
 from icegate_dagster.maintenance.wal.frame import batch_frame, require_nanos_as_long

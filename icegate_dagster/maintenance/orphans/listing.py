@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 MAX_MANIFESTS = 500
 
 
-def _fs_path(uri: str) -> str:
+def fs_path(uri: str) -> str:
     """The path pyarrow lists for ``uri``: ``/x`` for ``file:/x``, ``bucket/key`` for S3."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
@@ -49,10 +49,10 @@ def referenced_files(table: Table, max_manifests: int = MAX_MANIFESTS) -> set[st
         paths.add(path)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
             paths.add(entry.data_file.file_path)
-    return {_fs_path(p) for p in paths if p}
+    return {fs_path(p) for p in paths if p}
 
 
-def _table_filesystem(table: Table) -> tuple[FileSystem, str]:
+def table_filesystem(table: Table) -> tuple[FileSystem, str]:
     """The file system of the table's folder as its FileIO configures it, and the folder's
     path there. Not ``FileSystem.from_uri``: that ignores the catalog's ``s3.endpoint`` and
     keys, and would ask another store (real AWS) about a bucket of the same name."""
@@ -71,7 +71,7 @@ def orphan_candidates(table: Table, older_than: datetime) -> list[str] | None:
     from pyarrow import fs
 
     try:
-        filesystem, root = _table_filesystem(table)
+        filesystem, root = table_filesystem(table)
         infos = filesystem.get_file_info(
             fs.FileSelector(root, recursive=True, allow_not_found=True)
         )

@@ -1,13 +1,13 @@
 """Table statistics from Iceberg metadata alone (pyiceberg, no JVM, no data read): a
 :class:`TableStats` from the current snapshot's one manifest walk
-(:mod:`~icegate_dagster.maintenance.manifest_walk`, which the health model reads too)."""
+(:mod:`~icegate_dagster.maintenance.health.manifest_walk`, which the health model reads too)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from icegate_dagster.maintenance.manifest_walk import (
+from icegate_dagster.maintenance.health.manifest_walk import (
     DELETE_FILE_PATH_ID,
     WALK_CACHE,
     Entry,
@@ -103,7 +103,7 @@ def table_stats(
     ``compactable_files`` counts small files in partitions holding at least
     ``min_input_files`` of them: what a binpack rewrite would pick up.
     Delete files are told apart (position, deletion vectors, equality) and judged against
-    the live data files (see :mod:`~icegate_dagster.maintenance.manifest_walk`):
+    the live data files (see :mod:`~icegate_dagster.maintenance.health.manifest_walk`):
     ``dangling_delete_files`` counts the position delete files that can no longer apply
     to any, and ``delete_rewrite_files`` leaves every dangling delete file out.
     """

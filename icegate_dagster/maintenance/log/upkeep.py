@@ -11,11 +11,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from icegate_dagster.config import TableSettings
-from icegate_dagster.errors import TableNotFoundError
-from icegate_dagster.maintenance.results import OpResult
 
 if TYPE_CHECKING:
-    from icegate_dagster.maintenance.maintainer import Maintainer
+    from icegate_dagster.maintenance.results import TableStats
 
 #: The log table keeps this many snapshots; it is expired once it has twice as many.
 LOG_TABLE_SNAPSHOTS = 20
@@ -44,14 +42,9 @@ def log_table_settings(defaults: TableSettings) -> TableSettings:
     )
 
 
-def maintain_log_table(maintainer: Maintainer) -> list[OpResult]:
-    """Run the operations the log table is due for (orphan removal is planned from one
-    listing, so usually skipped); an absent log table needs nothing."""
-    ref = maintainer.log_table
-    try:
-        stats = maintainer.stats(ref)
-    except TableNotFoundError:
-        return []
+def due_operations(stats: TableStats) -> list[str]:
+    """The operations the log table is due for, in pass order (orphan removal is planned
+    from one listing when it runs, so it is usually skipped then)."""
     due = []
     if stats.compactable_files:
         due.append("optimize")
@@ -60,4 +53,4 @@ def maintain_log_table(maintainer: Maintainer) -> list[OpResult]:
     if stats.snapshots > 2 * LOG_TABLE_SNAPSHOTS:
         due.append("expire_snapshots")
     due.append("remove_orphan_files")
-    return [maintainer.run_op(ref, operation) for operation in due]
+    return due

@@ -1,7 +1,7 @@
 """The maintainer's side of table leases: hold a table for one operation, or say who does.
 
 The lease store is deployment-wide: ``maintain.locks.uri``, else the catalog's own SQL
-database, else a SQLite file beside the configuration (see :mod:`.locks`).
+database, else a SQLite file beside the configuration (see :mod:`.store`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icegate_dagster.config import IcegateConfig, format_duration
-from icegate_dagster.maintenance.locks import (
+from icegate_dagster.maintenance.leases.store import (
     Lease,
     LockHolder,
     TableLocks,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def lease_store(config: IcegateConfig, catalog: Catalog) -> TableLocks | None:
-    """The deployment's lease store for ``config`` (see :mod:`.locks`): it holds the table
+    """The deployment's lease store for ``config`` (see :mod:`.store`): it holds the table
     leases and the Dagster runs' heartbeats."""
     settings = config.locks
     return TableLocks.for_catalog(

@@ -2,7 +2,7 @@
 and which operations are due and why.
 
 **Figures** (:func:`collect_metrics`): the walk over the manifests of the current
-snapshot that the table's stats read too (:mod:`~icegate_dagster.maintenance.manifest_walk`,
+snapshot that the table's stats read too (:mod:`~icegate_dagster.maintenance.health.manifest_walk`,
 cached once per metadata file) gives data files, bytes and rows per partition, the small
 files (under ``optimize.file_size_threshold``) per partition, the delete files by kind
 (position files, deletion vectors, equality files) with the rows they delete, and
@@ -98,9 +98,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pyiceberg.table.snapshots import Operation as SnapshotOperation
 
-from icegate_dagster.config import HealthSettings, format_duration
+from icegate_dagster.config import HealthSettings, format_bytes, format_duration
 from icegate_dagster.errors import ConfigError
-from icegate_dagster.maintenance.manifest_walk import (
+from icegate_dagster.maintenance.health.manifest_walk import (
     SMALL_MANIFEST_SHARE,
     WALK_CACHE,
     PartitionFragments,
@@ -111,7 +111,6 @@ from icegate_dagster.maintenance.manifest_walk import (
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.ops.expire_snapshots import expirable_snapshots
 from icegate_dagster.maintenance.wal import compaction_due
-from icegate_dagster.render import human_bytes
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -481,8 +480,8 @@ def _due(
         due.append(
             DueOperation(
                 "wal_compaction",
-                f"{metrics.wal_files} WAL files ({human_bytes(metrics.wal_bytes)}) waiting; due at "
-                f"{compaction.min_files} files or {human_bytes(compaction.min_size_bytes)}",
+                f"{metrics.wal_files} WAL files ({format_bytes(metrics.wal_bytes)}) waiting; "
+                f"due at {compaction.min_files} files or {format_bytes(compaction.min_size_bytes)}",
             )
         )
         work += metrics.wal_bytes
@@ -494,7 +493,7 @@ def _due(
         where = f"partition {metrics.worst_partition}" if metrics.worst_partition else "a partition"
         reasons.append(
             f"{where} holds {metrics.worst_partition_small_files} small files (under "
-            f"{human_bytes(optimize.file_size_threshold)}); due at {small_due}"
+            f"{format_bytes(optimize.file_size_threshold)}); due at {small_due}"
         )
         work += sum(
             p.small_bytes for p in _fragments(metrics) if p.small_files >= optimize.min_input_files

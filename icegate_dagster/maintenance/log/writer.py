@@ -13,6 +13,7 @@ from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
+from icegate_dagster.maintenance.pyiceberg_writes import commit_attempts, create_table_once
 from icegate_dagster.maintenance.results import OpResult, TableResult
 
 if TYPE_CHECKING:
@@ -56,19 +57,9 @@ def log_schema() -> Any:
 
 
 def ensure_log_table(catalog: Catalog, ref: TableRef) -> None:
-    """Create the log table (and its namespace) if missing.
-
-    Another maintainer may create them at the same moment: losing that race is fine.
-    """
-    for _attempt in range(3):
-        try:
-            catalog.create_namespace_if_not_exists(ref.namespace)
-            catalog.create_table_if_not_exists(ref.identifier, schema=log_schema())
-            return
-        except Exception:
-            if catalog.table_exists(ref.identifier):
-                return
-    catalog.create_table_if_not_exists(ref.identifier, schema=log_schema())
+    """Create the log table (and its namespace) if missing; another maintainer creating
+    them at the same moment is fine."""
+    create_table_once(catalog, ref, log_schema())
 
 
 def log_row(result: OpResult, run_id: str, executed_at: datetime | None = None) -> dict[str, Any]:
@@ -129,15 +120,8 @@ def append_log_rows_without_spark(
     """Append rows with pyiceberg, in one commit, with no JVM: how a pass that started no
     Spark job logs. Another writer committing first is retried on fresh metadata."""
     import pyarrow as pa
-    from pyiceberg.exceptions import CommitFailedException
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-    for attempt in Retrying(
-        stop=stop_after_attempt(5),
-        wait=wait_exponential(multiplier=0.2, max=4),
-        retry=retry_if_exception_type(CommitFailedException),
-        reraise=True,
-    ):
+    for attempt in commit_attempts():
         with attempt:
             table = catalog.load_table(ref.identifier)
             table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))

@@ -10,7 +10,7 @@ from icegate_dagster.maintenance.results import TableResult
 from icegate_dagster.maintenance.wal import WalStats
 
 if TYPE_CHECKING:
-    from icegate_dagster.maintenance.table_health import TableHealth
+    from icegate_dagster.maintenance.health.score import TableHealth
 
 CHECK_NAMES = (
     "rows_preserved",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from icegate_dagster.config import TriggerSettings
-    from icegate_dagster.maintenance.table_health import TableHealth
+    from icegate_dagster.maintenance.health.score import TableHealth
 
 #: Why a table with due operations was not requested.
 SkipKind = Literal["not_runnable", "in_flight", "backoff", "unchanged", "min_interval", "budget"]

@@ -1,0 +1,13 @@
+"""A table's health, from its metadata alone (pyiceberg, no JVM, no data read).
+
+- :mod:`.manifest_walk`: the one walk over the current snapshot's manifests that every
+  figure below is built from, cached per metadata file;
+- :mod:`.stats`: :class:`~icegate_dagster.maintenance.results.TableStats` (files, bytes,
+  rows, small files, snapshots, manifests) for before/after figures;
+- :mod:`.score`: the health score from 0 to 100 and the due operations, with why;
+- :mod:`.selection`: which due tables the trigger maintains now, and why the rest wait;
+- :mod:`.checks`: a table's asset checks after a pass.
+
+May import: ``config``, ``errors``, :mod:`..results`, :mod:`..ops` (the gates and plans
+the score reuses) and :mod:`..wal` (backlog figures). Never Dagster or presentation.
+"""

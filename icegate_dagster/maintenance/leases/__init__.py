@@ -1,0 +1,7 @@
+"""One maintainer per table across the deployment, and a heartbeat per Dagster run.
+
+- :mod:`.store`: the lease rows and run heartbeats in a shared SQL database;
+- :mod:`.holder`: the maintainer's side: hold a table for one operation, or say who does.
+
+May import: ``config``, ``errors``, :mod:`..results`. Never Dagster or presentation.
+"""
