@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import dagster as dg
 import pytest
@@ -168,22 +169,38 @@ def test_a_real_run_keeps_its_heartbeat_while_it_runs_and_stops_after(
             )
         )
 
-    worker = threading.Thread(target=run)
-    worker.start()
     seen = []
-    while worker.is_alive():
+
+    def look() -> None:
         started = instance.get_run_ids(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         if started:
             seen.append(locks.run_liveness(started)[started[0]])
         time.sleep(0.2)
+
+    # Another maintainer holds the table for two leases: the run waits for it (lock_wait),
+    # so it lives longer than a lease however fast its Spark work is.
+    with held_by_another_process(lh.config_path, BUSY):
+        worker = threading.Thread(target=run)
+        worker.start()
+        held_until = time.monotonic() + 2 * LEASE_S
+        while time.monotonic() < held_until and worker.is_alive():
+            look()
+    while worker.is_alive():
+        look()
     worker.join()
 
     [result] = results
     assert result.success
+    assert lh.table(BUSY).inspect.files().num_rows < 12, "the run compacted after the wait"
     # From its first heartbeat (the resource's set-up, right after the run starts) to its
-    # end, every look finds the run alive.
+    # end, every look finds the run alive, and the heartbeat is renewed: it lived past the
+    # first lease.
     beating = [liveness for liveness in seen if liveness.heartbeat_until is not None]
     assert len(beating) >= 5 and all(liveness.alive for liveness in beating)
+    first, last = beating[0], beating[-1]
+    assert last.now - first.now > timedelta(seconds=LEASE_S)
+    assert last.heartbeat_until is not None and first.heartbeat_until is not None
+    assert last.heartbeat_until > first.heartbeat_until + timedelta(seconds=LEASE_S / 2)
     # After the run, the heartbeat thread stops within one beat (a sixth of the lease).
     time.sleep(LEASE_S / 6 + 1)
     assert not [t for t in threading.enumerate() if t.name == f"heartbeat {result.run_id}"]
