@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster import render
 from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, format_bytes, load_config
@@ -20,6 +21,7 @@ from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableRef, TableResult, TableStats
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
     from pyiceberg.table import Table
 
     from icegate_dagster.maintenance.health.score import TableHealth
@@ -46,12 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         "demo", parents=[common], help="build the demo lakehouse in ./.icegate and maintain it"
     )
     demo.add_argument("--root", default=EMBEDDED_DIR, help="folder of the demo lakehouse")
+    _history_option(demo)
     sub.add_parser("discover", parents=[common], help="list the tables that would be maintained")
     status = sub.add_parser("status", parents=[common], help="files, bytes, snapshots per table")
     status.add_argument("--table", action="append", metavar="T", help="namespace.table")
     run = sub.add_parser("run", parents=[common], help="full maintenance pass")
     run.add_argument("--table", action="append", metavar="T", help="only these (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="plan only: change nothing")
+    _history_option(run)
     for name, operation in OPERATIONS.cli_commands().items():
         one = sub.add_parser(
             name, parents=[common], help=f"run {operation.name} only: {operation.description}"
@@ -72,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
             )
         if operation.force_help is not None:
             one.add_argument("--force", action="store_true", help=operation.force_help)
+        _history_option(one)
     migrate = sub.add_parser(
         "migrate",
         parents=[common],
@@ -86,6 +91,15 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--table", required=True, metavar="T", help="namespace.table")
     rollback.add_argument("--snapshot-id", required=True, type=int, metavar="N")
     return parser
+
+
+def _history_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dagster-home",
+        metavar="DIR",
+        help="record the pass in this Dagster instance, as a run would (default: "
+        "$DAGSTER_HOME when set; neither: record nothing)",
+    )
 
 
 def _targets(maintainer: Maintainer, names: list[str] | None) -> list[TableRef | TableResult]:
@@ -143,16 +157,47 @@ def _maintain(
     return [t if isinstance(t, TableResult) else next(done) for t in targets]
 
 
-def _emit_results(results: list[TableResult], as_json: bool, run_id: str) -> int:
+def _emit_results(
+    results: list[TableResult], as_json: bool, run_id: str, history: str | None = None
+) -> int:
+    """Print the pass (and what was recorded in Dagster); its exit code."""
     if as_json:
-        print(json.dumps({"run_id": run_id, "tables": [r.as_dict() for r in results]}, indent=2))
+        document: dict[str, Any] = {"run_id": run_id, "tables": [r.as_dict() for r in results]}
+        if history is not None:
+            document["dagster"] = history
+        print(json.dumps(document, indent=2))
     else:
         print(render.op_lines(results))
         print()
         print(render.before_after(results))
         if not results:
             print("no tables to maintain")
+        if history is not None:
+            print(f"\n{history}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _recorded(
+    instance: DagsterInstance | None, maintainer: Maintainer, results: list[TableResult]
+) -> str | None:
+    """Record a pass in the Dagster instance, if one is configured (see ``cli_history``)."""
+    if instance is None:
+        return None
+    from icegate_dagster.cli_history import record_or_warn
+
+    return record_or_warn(instance, maintainer, results)
+
+
+def _instance(args: argparse.Namespace) -> DagsterInstance | None:
+    """The Dagster instance a maintaining command records in, if one is configured (only
+    Dagster's import cost when one is)."""
+    if getattr(args, "dry_run", False) or "dagster_home" not in args:
+        return None
+    if not args.dagster_home and not os.environ.get("DAGSTER_HOME"):
+        return None
+    from icegate_dagster.cli_history import open_instance
+
+    return open_instance(args.dagster_home)
 
 
 def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:
@@ -266,13 +311,15 @@ def _command(args: argparse.Namespace) -> int:
 
         if not args.json:
             print(f"building the demo lakehouse in {Path(args.root).resolve()} ...", flush=True)
+        instance = _instance(args)
         config: IcegateConfig = build_demo_lakehouse(Path(args.root))
         maintainer = Maintainer(config)
         if not args.json:
             names = [op.name for op in OPERATIONS if op.applies(config, config.defaults)]
             print(f"maintaining it ({', '.join(names)}) ...", flush=True)
         results = maintainer.maintain(maintainer.discover())
-        code = _emit_results(results, args.json, maintainer.run_id)
+        history = _recorded(instance, maintainer, results)
+        code = _emit_results(results, args.json, maintainer.run_id, history)
         if not args.json:
             print(f"\nlog rows appended to {config.log_table} (run_id {maintainer.run_id})")
         return code
@@ -294,6 +341,7 @@ def _command(args: argparse.Namespace) -> int:
         )
     if args.command == "orphans" and (args.collect or args.delete_collected):
         return _deferred_orphans(maintainer, args.table, args.delete_collected, args.json)
+    instance = _instance(args)
     if args.command == "run":
         results = _maintain(maintainer, args.table, None, args.dry_run)
     else:
@@ -305,7 +353,8 @@ def _command(args: argparse.Namespace) -> int:
             args.dry_run,
             force=getattr(args, "force", False),
         )
-    return _emit_results(results, args.json, maintainer.run_id)
+    history = _recorded(instance, maintainer, results)
+    return _emit_results(results, args.json, maintainer.run_id, history)
 
 
 def run_cli(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,8 @@ MAINTENANCE_TAGS = {MAINTENANCE_TAG: "spark"}
 
 #: The job the sensors request, and the op whose config lists its tables.
 BATCH_JOB = "maintenance_batch_job"
+#: The run in which an ``icegate-maintain`` pass records its tables (see ``cli_history``).
+CLI_PASS_JOB = "icegate_cli_pass"
 BATCH_PLAN = "plan_batch"
 #: This code location's jobs and assets: a run of one of them keeps a heartbeat in the
 #: lease store (see ``LakehouseResource``), so a run of one without it has no worker.
@@ -63,6 +65,7 @@ MAINTENANCE_JOBS = frozenset(
         "rollback_job",
         "collect_orphans_job",
         "delete_collected_orphans_job",
+        CLI_PASS_JOB,
     }
 )
 MAINTENANCE_ASSETS = frozenset(

@@ -1,12 +1,19 @@
 """Sensors: table discovery, WAL size and table health, all on metadata only (never a JVM)."""
 
 import hashlib
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
+from icegate_dagster.assets.health_events import (
+    LAKEHOUSE_HEARTBEAT_S,
+    HealthCursor,
+    lakehouse_digest,
+    table_health_events,
+)
 from icegate_dagster.assets.lakehouse_health import (
     ASSESS_SECONDS,
     LAKEHOUSE_HEALTH,
@@ -14,7 +21,7 @@ from icegate_dagster.assets.lakehouse_health import (
     evaluate_health_trigger,
     lakehouse_health_metadata,
 )
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.batches import sensor_run_requests
 from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
@@ -302,22 +309,23 @@ def wal_size_sensor(
         "maintain.trigger's budget and up to maintain.trigger.tables_per_run tables per run; "
         "never a table with a run in flight, none more often than its health.min_interval, "
         "backing off tables whose runs keep failing. Marks failed the runs whose worker is "
-        "gone. Records lakehouse_health at each evaluation."
+        "gone. Records each table's health (the healthy check; an assessment of a table "
+        "never maintained) and lakehouse_health when they change."
     ),
 )
 def table_health_sensor(
     context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """Runs of ``maintenance_batch_job`` for the selected tables; a ``lakehouse_health``
-    materialization every evaluation.
+    """Runs of ``maintenance_batch_job`` for the selected tables; each table's health and
+    ``lakehouse_health`` in the UI, recorded when they change (see ``health_events``).
 
     The runs carry ``icegate/trigger=table_health_sensor`` and ``icegate/need`` (the
     neediest table's); each table's state is in the run config (and in ``icegate/table``
     and ``icegate/table_state`` on a one-table run). The ``run_key`` is made of each table,
     its state and the attempt on that state, so ticks during one attempt request the same
     key (Dagster launches no duplicate) while a failed attempt is followed by a new one
-    (after its back-off). The cursor is the table the next evaluation starts at when one
-    ran out of time.
+    (after its back-off). The cursor (:class:`HealthCursor`) holds the table the next
+    evaluation starts at when one ran out of time, and what the UI shows of each table.
     """
     tables = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
     if not tables:
@@ -327,12 +335,13 @@ def table_health_sensor(
         )
     settle_dead_runs(context, lakehouse)
     config = lakehouse.config()
+    cursor = HealthCursor.parse(context.cursor)
     evaluation = evaluate_health_trigger(
         context.instance,
         lakehouse,
         tables,
         datetime.now(UTC),
-        resume_at=context.cursor,
+        resume_at=cursor.resume_at,
         seconds=ASSESS_SECONDS,
     )
     selection = evaluation.selection
@@ -378,11 +387,26 @@ def table_health_sensor(
         tables_per_run=config.trigger.tables_per_run,
         tags=need_tag,
     )
-    event = dg.AssetMaterialization(
-        asset_key=LAKEHOUSE_HEALTH,
-        description=describe(report),
-        metadata=lakehouse_health_metadata(report),
+    # What the UI shows of each table, and the lakehouse's totals: recorded on change only.
+    events, cursor = table_health_events(
+        context.instance,
+        cursor,
+        tables,
+        evaluation.healths,
+        evaluation.errors,
+        evaluation.min_scores,
     )
+    cursor.resume_at = evaluation.resume_at
+    digest, now = lakehouse_digest(report.numbers()), time.time()
+    if digest != cursor.lakehouse or now - cursor.lakehouse_at >= LAKEHOUSE_HEARTBEAT_S:
+        lakehouse_event = dg.AssetMaterialization(
+            asset_key=LAKEHOUSE_HEALTH,
+            description=describe(report),
+            metadata=lakehouse_health_metadata(report),
+        )
+        events.insert(0, lakehouse_event)
+        cursor.lakehouse, cursor.lakehouse_at = digest, now
+    stored = cursor.serialize()
     skip = None
     if not requests:
         skip = selection.summary()
@@ -393,6 +417,6 @@ def table_health_sensor(
     return dg.SensorResult(
         run_requests=requests,
         skip_reason=skip,
-        asset_events=[event],
-        cursor=evaluation.resume_at,
+        asset_events=events,
+        cursor=stored if stored != context.cursor else None,
     )

@@ -19,6 +19,13 @@ def _one_spark_session() -> Iterator[None]:
     stop_spark()
 
 
+@pytest.fixture(autouse=True)
+def _no_dagster_home_of_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI pass records in ``$DAGSTER_HOME`` when set: the tests' passes never reach the
+    instance of whoever runs them (a test that wants one sets its own)."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+
+
 @pytest.fixture
 def lakehouse_factory(tmp_path: Path) -> Callable[..., Lakehouse]:
     """Make temporary lakehouses: ``lakehouse_factory(maintain={...})``."""

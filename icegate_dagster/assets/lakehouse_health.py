@@ -1,7 +1,8 @@
 """``lakehouse_health``: the whole lakehouse's health over time, and its least healthy tables.
 
-Recorded two ways, with the same metadata: by ``table_health_sensor`` at every evaluation
-(a materialization reported with the tick, no run), and by materializing the asset (the
+Recorded two ways, with the same metadata: by ``table_health_sensor`` whenever its
+figures change and at least hourly (a materialization reported with the tick, no run),
+and by materializing the asset (the
 UI's Materialize button), which assesses every table now and reports what the trigger
 would do. Numbers are numeric metadata, so the asset's Plots tab draws them over time.
 
@@ -19,7 +20,11 @@ from typing import Any
 import dagster as dg
 
 from icegate_dagster import render
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import (
+    ASSESSMENT_SOURCE,
+    MAINTAINED_TABLE,
+    source_of,
+)
 from icegate_dagster.catalog import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS, TableRef
@@ -63,6 +68,8 @@ class HealthEvaluation:
     states: dict[str, str]
     #: Per due table: the trigger's earlier runs on its current state.
     attempts: dict[str, int]
+    #: Per assessed table: the score its ``healthy`` check fails below.
+    min_scores: dict[str, float]
     selection: Selection
     #: Where the next evaluation starts, when this one ran out of time (else ``None``).
     resume_at: str | None
@@ -109,6 +116,7 @@ def evaluate_health_trigger(
     errors: dict[str, str] = {}
     states: dict[str, str] = {}
     intervals: dict[str, timedelta] = {}
+    min_scores: dict[str, float] = {}
     next_start: str | None = None
     for key in rotation(tables, resume_at):
         if deadline is not None and (healths or errors) and time.monotonic() > deadline:
@@ -120,7 +128,8 @@ def evaluate_health_trigger(
             settings = maintainer.settings(ref)
             wal = wal_stats(config.wal_root, ref) if config.wal_root else None
             health = assess_table(table, key, settings, now, wal)
-            intervals[key] = thresholds_for(settings, table.properties).min_interval
+            thresholds = thresholds_for(settings, table.properties)
+            intervals[key], min_scores[key] = thresholds.min_interval, thresholds.min_score
         except Exception as exc:
             errors[key] = describe_error(exc, lambda text: scrub(text, config))
             continue
@@ -140,8 +149,11 @@ def evaluate_health_trigger(
             dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[key]),
             limit=HISTORY,
         ).records
-        if records:  # whoever maintained it: schedule, backfill, sensor, UI
-            last_maintained[key] = datetime.fromtimestamp(records[0].timestamp, UTC)
+        # Whoever maintained it: schedule, backfill, sensor, UI, CLI; an assessment is not
+        # maintenance.
+        maintained = [r for r in records if source_of(r) != ASSESSMENT_SOURCE]
+        if maintained:
+            last_maintained[key] = datetime.fromtimestamp(maintained[0].timestamp, UTC)
         ops_failed = _figure_by_run(records, "ops_failed")
         held = frozenset(
             run_id for run_id, n in _figure_by_run(records, "ops_held_elsewhere").items() if n
@@ -181,6 +193,7 @@ def evaluate_health_trigger(
         errors=errors,
         states=states,
         attempts=attempts,
+        min_scores=min_scores,
         selection=selection,
         resume_at=next_start,
     )
@@ -236,7 +249,8 @@ def describe(report: LakehouseHealth) -> str:
         "Health of the whole lakehouse from table metadata (no JVM): tables, unhealthy "
         "tables, mean and lowest score, due work, small files, delete files, snapshots, WAL, "
         "the health trigger's backlog, and the least healthy tables. Recorded by "
-        "table_health_sensor at each evaluation; materializing it assesses every table now."
+        "table_health_sensor when its figures change (at least hourly); materializing it "
+        "assesses every table now."
     ),
 )
 def lakehouse_health(

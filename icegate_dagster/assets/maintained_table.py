@@ -12,17 +12,24 @@ run to some steps (the WAL sensor runs ``wal_compaction`` only).
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from icegate_dagster import render
+from icegate_dagster.assets.partition_events import (
+    ASSESSMENT_SOURCE,
+    MAINTAINED_TABLE,
+    TableRecord,
+    check_event,
+    check_target,
+    latest_materialization,
+    source_of,
+    table_record,
+)
 from icegate_dagster.catalog import scrub
-from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import (
     OPERATIONS,
     Maintainer,
@@ -31,20 +38,12 @@ from icegate_dagster.maintenance import (
     TableResult,
     TableStats,
 )
-from icegate_dagster.maintenance.health.checks import (
-    CHECK_NAMES,
-    CheckOutcome,
-    evaluate_health,
-    health_score_check,
-)
-from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.health.checks import CHECK_NAMES, CheckOutcome
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
-from icegate_dagster.maintenance.wal import WalStats, wal_stats
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
-MAINTAINED_TABLE = dg.AssetKey("maintained_table")
 #: Maintenance steps take a slot of this pool (see dagster.yaml): they never overlap.
 POOL = "iceberg_maintenance"
 #: Tables per run when a backfill is split into batches; each batch shares one Spark session.
@@ -258,79 +257,6 @@ def maintenance_step(operation: Operation) -> dg.OpDefinition:
     return step
 
 
-def partition_metadata(
-    result: TableResult, wal: WalStats, health: TableHealth | None = None
-) -> dict[str, Any]:
-    """The contract's metadata for one partition's materialization (with the table's
-    health after the pass, where it was assessed)."""
-    before, after = result.before, result.after
-
-    def number(stats: TableStats | None, name: str) -> int | None:
-        value = getattr(stats, name) if stats is not None else None
-        return int(value) if value is not None else None
-
-    metadata: dict[str, Any] = {
-        "files_before": number(before, "data_files"),
-        "files_after": number(after, "data_files"),
-        "bytes_before": number(before, "data_bytes"),
-        "bytes_after": number(after, "data_bytes"),
-        "snapshots_before": number(before, "snapshots"),
-        "snapshots_after": number(after, "snapshots"),
-        # Live rows (what a reader sees); absent where a table with delete files saw no
-        # commit (not counted: see rows_preserved). Records in data files apart.
-        "rows_before": number(before, "live_rows"),
-        "rows_after": number(after, "live_rows"),
-        "records_before": number(before, "rows"),
-        "records_after": number(after, "rows"),
-        "delete_files_before": number(before, "delete_files"),
-        "delete_files_after": number(after, "delete_files"),
-        "small_files_after": number(after, "small_files"),
-        **{key: render.output_sum(result, key) for key in OPERATIONS.metadata_sums()},
-        "wal_files_count": wal.files,
-        "wal_size_bytes": wal.bytes,
-        "wal_files_quarantined": wal.quarantined,
-        "duration_s": round(result.duration_s, 3),
-        "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
-        # Skipped because another maintainer held the table: the work may still be due.
-        "ops_held_elsewhere": sum(1 for op in result.ops if op.output.get("held_elsewhere")),
-    }
-    if health is not None:
-        # A float, so the Plots tab draws each table's score over its runs.
-        metadata["health_score"] = dg.MetadataValue.float(float(health.score))
-        metadata["due_operations"] = dg.MetadataValue.text(
-            ", ".join(health.due_operations) or "none"
-        )
-    metadata = {k: v for k, v in metadata.items() if v is not None}
-    for op in result.ops:
-        metadata[f"{op.operation}_status"] = op.status
-        metadata[f"{op.operation}_duration_s"] = round(op.duration_s, 3)
-    if result.error:
-        metadata["error"] = result.error
-    metadata["ops"] = dg.MetadataValue.md(render.ops_markdown(result))
-    metadata["ops_json"] = dg.MetadataValue.json([op.as_dict() for op in result.ops])
-    return metadata
-
-
-def check_event(outcome: CheckOutcome, partition: str) -> dg.AssetCheckEvaluation:
-    """One check's verdict on one partition, as a Dagster event."""
-    metadata = {
-        k: (dg.MetadataValue.json(v) if isinstance(v, list | dict) else v)
-        for k, v in outcome.metadata.items()
-    }
-    metadata["summary"] = dg.MetadataValue.text(outcome.description)
-    return dg.AssetCheckEvaluation(
-        asset_key=MAINTAINED_TABLE,
-        check_name=outcome.name,
-        passed=outcome.passed,
-        partition=partition,
-        metadata=metadata,
-        description=outcome.description,
-        severity=dg.AssetCheckSeverity.ERROR
-        if outcome.name in ("rows_preserved", "ops_succeeded")
-        else dg.AssetCheckSeverity.WARN,
-    )
-
-
 #: Where a step records one table's materialization: its partition key and metadata.
 RecordPartition = Callable[[str, dict[str, Any]], None]
 
@@ -346,6 +272,22 @@ def log_materialization(context: dg.OpExecutionContext) -> RecordPartition:
     return materialize
 
 
+def log_checks(context: dg.OpExecutionContext, key: str, outcomes: Sequence[CheckOutcome]) -> None:
+    """One evaluation of each check on ``key``, judging its latest materialization (logged
+    just before), so the check's Partitions tab shows the table Passed or Failed."""
+    target = check_target(latest_materialization(context.instance, key))
+    for outcome in outcomes:
+        # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
+        context.log_event(check_event(outcome, key, target))  # type: ignore[arg-type]
+
+
+def _recorded_line(table: TableRun, record: TableRecord) -> str:
+    result = table.result()
+    state = "ok" if result.ok else "FAILED"
+    score = f"; health score {record.health.score:.1f}" if record.health is not None else ""
+    return f"{table.key}: recorded, {state} in {result.duration_s:.1f}s{score}"
+
+
 def record_table(
     context: dg.OpExecutionContext,
     maintainer: Maintainer,
@@ -353,49 +295,15 @@ def record_table(
     materialize: RecordPartition,
     progress: ProgressLog,
 ) -> None:
-    """One table's metadata (through ``materialize``) and one evaluation of each check."""
-    config = maintainer.config
-    result = table.result()
-    # A table that could not be resolved has no WAL folder to size. One whose WAL
-    # cannot be listed fails its wal_backlog check alone: the others are recorded.
-    wal_error: str | None = None
-    try:
-        wal = wal_stats(config.wal_root, table.ref) if table.ref is not None else WalStats(0, 0)
-    except Exception as exc:
-        wal_error = scrub(
-            f"cannot list the WAL of {table.key}: {type(exc).__name__}: {exc}", config
-        )
-        wal = WalStats(0, 0)
-        progress.error(wal_error)
-    outcomes = evaluate_health(result, config.for_table(table.key), wal)
-    if wal_error is not None:
-        outcomes = [
-            CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
-            if outcome.name == "wal_backlog"
-            else outcome
-            for outcome in outcomes
-        ]
-    health, health_check = _health_after(maintainer, table, wal if wal_error is None else None)
-    outcomes.append(health_check)
-    metadata = partition_metadata(result, wal, health)
-    if health is None:
-        metadata["health_error"] = health_check.description
-    if wal_error is not None:
-        for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
-            metadata.pop(name, None)  # unknown, not zero
-        metadata["wal_error"] = wal_error
-        metadata.setdefault("error", wal_error)
-    metadata["checks"] = dg.MetadataValue.json(
-        {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
-    )
-    materialize(table.key, metadata)
-    for outcome in outcomes:
-        # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
-        context.log_event(check_event(outcome, table.key))  # type: ignore[arg-type]
+    """One table's materialization (through ``materialize``, stored at once) and one
+    evaluation of each check, judging it."""
+    record = table_record(maintainer, table.ref, table.result())
+    if record.wal_error is not None:
+        progress.error(record.wal_error)
+    materialize(table.key, record.metadata)
+    log_checks(context, table.key, record.outcomes)
     table.recorded = True
-    state = "ok" if result.ok else "FAILED"
-    score = f"; health score {health.score:.1f}" if health is not None else ""
-    progress.info(f"{table.key}: recorded, {state} in {result.duration_s:.1f}s{score}")
+    progress.info(_recorded_line(table, record))
 
 
 def record_tables(
@@ -416,40 +324,38 @@ def record_tables(
     progress.flush()
 
 
-@dg.op(description="Append log rows, record each table's metadata and checks.")
+@dg.op(
+    description="Append log rows, record each table's metadata and checks.",
+    out=dg.Out(dg.Nothing),
+)
 def record(
     context: dg.AssetExecutionContext,
     lakehouse: LakehouseResource,
     spark: SparkResource,
     batch: MaintenanceBatch,
-) -> None:
-    """Finish the asset: one materialization and one evaluation of each check per table."""
+) -> Iterator[dg.Output[None]]:
+    """Finish the asset: one materialization and one evaluation of each check per table.
 
-    def materialize(key: str, metadata: dict[str, Any]) -> None:
-        context.add_asset_metadata(metadata, partition_key=key)
-
-    record_tables(context.op_execution_context, lakehouse, spark, batch, materialize)
-
-
-def _health_after(
-    maintainer: Maintainer, table: TableRun, wal: WalStats | None
-) -> tuple[TableHealth | None, CheckOutcome]:
-    """The table's health after its pass (pyiceberg, no JVM) and its ``healthy`` verdict;
-    a table that cannot be assessed fails that check alone."""
-    if table.ref is None:
-        return None, health_score_check(None, 0.0, f"{table.key} could not be resolved")
-    settings = maintainer.settings(table.ref)
-    min_score = settings.health.min_score
-    try:
-        iceberg = maintainer.load(table.ref)
-        min_score = thresholds_for(settings, iceberg.properties).min_score
-        health = assess_table(iceberg, table.key, settings, datetime.now(UTC), wal)
-    except Exception as exc:  # this check fails; the table's other checks stand
-        error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-        return None, health_score_check(
-            None, min_score, f"cannot assess the health of {table.key}: {error}"
-        )
-    return health, health_score_check(health, min_score)
+    The materializations are this step's output (one per partition, with the metadata
+    added here), stored when the output is yielded; the check evaluations come after it,
+    so each names the materialization it judges."""
+    op_context = context.op_execution_context
+    maintainer = lakehouse.maintainer(context.run.run_id, spark)
+    maintainer.write_logs([table.result() for table in batch.tables])
+    progress = ProgressLog(op_context, "recorded")
+    records = []
+    for table in batch.tables:
+        record = table_record(maintainer, table.ref, table.result())
+        if record.wal_error is not None:
+            progress.error(record.wal_error)
+        context.add_asset_metadata(record.metadata, partition_key=table.key)
+        records.append((table, record))
+    yield dg.Output(None)
+    for table, record in records:
+        log_checks(op_context, table.key, record.outcomes)
+        table.recorded = True
+        progress.info(_recorded_line(table, record))
+    progress.flush()
 
 
 def maintenance_steps() -> list[dg.OpDefinition]:
@@ -514,6 +420,8 @@ def latest_verdict(instance: dg.DagsterInstance, partition: str, name: str) -> t
         return False, f"{partition} was never maintained"
     verdicts = getattr(materialization.metadata.get("checks"), "value", None) or {}
     verdict = verdicts.get(name)
+    if verdict is None and source_of(records[0]) == ASSESSMENT_SOURCE:
+        return False, f"{partition} was assessed by table_health_sensor, never maintained"
     if verdict is None:
         return False, f"no {name} verdict recorded for {partition}"
     return bool(verdict["passed"]), str(verdict["description"])

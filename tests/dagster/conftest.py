@@ -112,3 +112,20 @@ def discovery_tick(
                     instance.delete_dynamic_partition(iceberg_tables.name, key)
     assert isinstance(result, dg.SensorResult | dg.SkipReason)
     return result
+
+
+def health_tick(
+    instance: dg.DagsterInstance, resource: LakehouseResource, cursor: str | None
+) -> tuple[dg.SensorResult, str | None]:
+    """One tick of the health sensor as the daemon runs it: its asset events stored in the
+    instance, its cursor kept. Returns the result and the cursor for the next tick."""
+    from icegate_dagster.sensors import table_health_sensor
+
+    context = dg.build_sensor_context(
+        instance=instance, resources={"lakehouse": resource}, cursor=cursor
+    )
+    result = table_health_sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    return result, result.cursor if result.cursor is not None else cursor

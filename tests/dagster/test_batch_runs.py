@@ -10,8 +10,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource

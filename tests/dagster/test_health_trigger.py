@@ -18,7 +18,7 @@ from icegate_dagster.assets.lakehouse_health import (
     evaluate_health_trigger,
     lakehouse_health,
 )
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
@@ -62,9 +62,8 @@ def _tick(lh: Lakehouse, instance: dg.DagsterInstance, cursor: str | None = None
 
 def _health(result: dg.SensorResult) -> dict[str, Any]:
     """The tick's ``lakehouse_health`` materialization, its metadata as plain values."""
-    [event] = result.asset_events
+    [event] = [e for e in result.asset_events if e.asset_key == LAKEHOUSE_HEALTH]
     assert isinstance(event, dg.AssetMaterialization)
-    assert event.asset_key == LAKEHOUSE_HEALTH
     return {key: value.value for key, value in event.metadata.items()}
 
 

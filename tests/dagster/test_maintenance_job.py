@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from tests.contract import CONTRACT_METADATA_KEYS

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource

@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.partitions import iceberg_tables

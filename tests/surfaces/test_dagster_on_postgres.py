@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import LakehouseFactory
 from tests.surfaces.postgres_server import PostgresServer, postgres_server

@@ -33,6 +33,7 @@ import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 
 from icegate_dagster.assets.lakehouse_health import LAKEHOUSE_HEALTH
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.config import IcegateConfig, config_from_dict, load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
@@ -240,11 +241,15 @@ def _status_row(text: str, key: str) -> dict[str, str]:
 
 
 def _sensor_context(
-    rest: RestLakehouse, instance: dg.DagsterInstance, config: Path | None = None
+    rest: RestLakehouse,
+    instance: dg.DagsterInstance,
+    config: Path | None = None,
+    cursor: str | None = None,
 ) -> Any:
     return dg.build_sensor_context(
         instance=instance,
         resources={"lakehouse": LakehouseResource(config_path=str(config or rest.config_path))},
+        cursor=cursor,
     )
 
 
@@ -359,9 +364,25 @@ def test_health_sensor_requests_the_due_rest_tables_and_records_lakehouse_health
     for entry in entries:
         assert list(entry.operations or ()) == EXPECTED_HEALTH[entry.table][1]
     assert request.job_name == BATCH_JOB and request.tags[TRIGGER_TAG] == HEALTH_SENSOR
-    [event] = result.asset_events
-    assert isinstance(event, dg.AssetMaterialization) and event.asset_key == LAKEHOUSE_HEALTH
+    [event] = [e for e in result.asset_events if e.asset_key == LAKEHOUSE_HEALTH]
+    assert isinstance(event, dg.AssetMaterialization)
     health = {key: value.value for key, value in event.metadata.items()}
+    # No table was maintained yet: the healthy ones get an assessment of their partition,
+    # the unhealthy one an observation saying why; figures and scores read from the REST
+    # catalog's metadata.
+    per_table = {
+        e.partition: (e, {key: value.value for key, value in e.metadata.items()})
+        for e in result.asset_events
+        if e.asset_key == MAINTAINED_TABLE
+    }
+    assert set(per_table) == set(TABLES)
+    for key, (table_event, values) in per_table.items():
+        assert values["health_score"] == EXPECTED_HEALTH[key][0]
+        assert values["healthy"] == (key != BACKLOG)  # 49.4 is under min_score 50
+        kind = dg.AssetObservation if key == BACKLOG else dg.AssetMaterialization
+        assert isinstance(table_event, kind)
+        if key != BACKLOG:
+            assert values["small_files_after"] == TABLES[key]
     assert health["tables"] == health["tables_assessed"] == len(TABLES)
     assert health["tables_unreadable"] == 0
     assert health["tables_due"] == health["tables_requested"] == 2
@@ -377,9 +398,14 @@ def test_health_sensor_requests_the_due_rest_tables_and_records_lakehouse_health
     assert {key: rest.state(key)[0] for key in TABLES} == before
 
     # The next tick asks again under the same run keys: Dagster launches no duplicate.
-    again = table_health_sensor(_sensor_context(rest, instance))
+    # The daemon stores the tick's events and cursor.
+    for stored in result.asset_events:
+        instance.report_runless_asset_event(stored)
+    again = table_health_sensor(_sensor_context(rest, instance, cursor=result.cursor))
     assert isinstance(again, dg.SensorResult)
     assert [r.run_key for r in again.run_requests or []] == [r.run_key for r in requests]
+    # The daemon stored them: the table states are shown, nothing is recorded again.
+    assert [e for e in again.asset_events if e.asset_key == MAINTAINED_TABLE] == []
     rest.outputs += [
         json.dumps([r.run_config for r in requests]),
         json.dumps([r.tags for r in requests]),

@@ -6,7 +6,7 @@ from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.assets.maintained_table import partition_metadata
+from icegate_dagster.assets.partition_events import partition_metadata
 from icegate_dagster.maintenance.results import OpResult, Status, TableResult, TableStats
 from icegate_dagster.maintenance.wal import WalStats
 from tests.contract import CONTRACT_METADATA_KEYS

@@ -396,6 +396,20 @@ def test_the_healthy_check_passes_from_min_score_and_fails_below_or_unassessed()
         "min_score": 50.0,
         "penalties": {"small_files": 50.0},
         "due_operations": ["optimize"],
+        "due": [{"operation": "optimize", "reason": "optimize threshold crossed"}],
+        "figures": {
+            "data_files": 10,
+            "small_files": 0,
+            "worst_partition_small_files": 0,
+            "delete_files": 0,
+            "manifests": 1,
+            "small_manifests": 0,
+            "snapshots": 3,
+            "expirable_snapshots": 0,
+            "wal_files": 0,
+            "wal_bytes": 0,
+            "work_bytes": 0,
+        },
     }
     below = health_score_check(health("a.x", 49.9, ("optimize",)), 50.0)
     assert not below.passed

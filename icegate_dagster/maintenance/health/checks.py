@@ -156,6 +156,7 @@ def health_score_check(
         why = error or "the table could not be assessed"
         return CheckOutcome("healthy", False, why, {"error": why, "min_score": min_score})
     due = [f"{d.operation}: {d.reason}" for d in health.due]
+    metrics = health.metrics
     return CheckOutcome(
         "healthy",
         health.score >= min_score,
@@ -166,5 +167,22 @@ def health_score_check(
             "min_score": float(min_score),
             "penalties": {k: round(float(v), 1) for k, v in health.penalties.items()},
             "due_operations": list(health.due_operations),
+            "due": [{"operation": d.operation, "reason": d.reason} for d in health.due],
+            # The figures the score and the due rules read (table metadata, WAL folder).
+            "figures": {
+                "data_files": metrics.data_files,
+                "small_files": metrics.small_files,
+                "worst_partition_small_files": metrics.worst_partition_small_files,
+                "delete_files": metrics.position_delete_files
+                + metrics.equality_delete_files
+                + metrics.deletion_vectors,
+                "manifests": metrics.manifests,
+                "small_manifests": metrics.small_manifests,
+                "snapshots": metrics.snapshots,
+                "expirable_snapshots": metrics.expirable_snapshots,
+                "wal_files": metrics.wal_files,
+                "wal_bytes": metrics.wal_bytes,
+                "work_bytes": health.work_bytes,
+            },
         },
     )

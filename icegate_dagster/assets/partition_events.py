@@ -1,0 +1,249 @@
+"""What Dagster shows for one partition (table) of ``maintained_table``: the metadata of its
+materialization and the evaluations of its checks, the same whoever records them: a
+maintenance run, an ``icegate-maintain`` pass with a Dagster instance configured, or the
+health sensor's assessment of a table no one maintained yet.
+
+Every check evaluation names the materialization it judges (the partition's latest), so
+the check's Partitions tab shows each table Passed or Failed: an evaluation that names no
+materialization counts there only while the partition has none.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from icegate_dagster import render
+from icegate_dagster.catalog import scrub
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance import OPERATIONS, TableRef, TableResult, TableStats
+from icegate_dagster.maintenance.health.checks import (
+    CheckOutcome,
+    evaluate_health,
+    health_score_check,
+)
+from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.wal import WalStats, wal_stats
+
+if TYPE_CHECKING:
+    from icegate_dagster.maintenance import Maintainer
+
+MAINTAINED_TABLE = dg.AssetKey("maintained_table")
+#: On a materialization recorded outside a Dagster run: who recorded it.
+SOURCE_TAG = "icegate/source"
+CLI_SOURCE = "cli"
+ASSESSMENT_SOURCE = "assessment"
+#: On a CLI pass's materializations: the CLI's run id (``cli-<time>-<id>``), as in the log.
+CLI_RUN_TAG = "icegate/cli_run_id"
+
+
+def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
+    """The contract's metadata for one partition's materialization (the table's health after
+    the pass apart: :func:`health_metadata`)."""
+    before, after = result.before, result.after
+
+    def number(stats: TableStats | None, name: str) -> int | None:
+        value = getattr(stats, name) if stats is not None else None
+        return int(value) if value is not None else None
+
+    metadata: dict[str, Any] = {
+        "files_before": number(before, "data_files"),
+        "files_after": number(after, "data_files"),
+        "bytes_before": number(before, "data_bytes"),
+        "bytes_after": number(after, "data_bytes"),
+        "snapshots_before": number(before, "snapshots"),
+        "snapshots_after": number(after, "snapshots"),
+        # Live rows (what a reader sees); absent where a table with delete files saw no
+        # commit (not counted: see rows_preserved). Records in data files apart.
+        "rows_before": number(before, "live_rows"),
+        "rows_after": number(after, "live_rows"),
+        "records_before": number(before, "rows"),
+        "records_after": number(after, "rows"),
+        "delete_files_before": number(before, "delete_files"),
+        "delete_files_after": number(after, "delete_files"),
+        "small_files_after": number(after, "small_files"),
+        **{key: render.output_sum(result, key) for key in OPERATIONS.metadata_sums()},
+        "wal_files_count": wal.files,
+        "wal_size_bytes": wal.bytes,
+        "wal_files_quarantined": wal.quarantined,
+        "duration_s": round(result.duration_s, 3),
+        "ops_failed": sum(1 for op in result.ops if op.status == "failed"),
+        # Skipped because another maintainer held the table: the work may still be due.
+        "ops_held_elsewhere": sum(1 for op in result.ops if op.output.get("held_elsewhere")),
+    }
+    metadata = {k: v for k, v in metadata.items() if v is not None}
+    for op in result.ops:
+        metadata[f"{op.operation}_status"] = op.status
+        metadata[f"{op.operation}_duration_s"] = round(op.duration_s, 3)
+    if result.error:
+        metadata["error"] = result.error
+    metadata["ops"] = dg.MetadataValue.md(render.ops_markdown(result))
+    metadata["ops_json"] = dg.MetadataValue.json([op.as_dict() for op in result.ops])
+    return metadata
+
+
+def health_metadata(health: TableHealth | None, verdict: CheckOutcome) -> dict[str, Any]:
+    """How healthy the table is: ``healthy`` (its ``healthy`` verdict), ``health_score`` (a
+    float, so the Plots tab draws each table's score over time), ``due_operations`` and
+    ``why`` (each due operation's reason, or the verdict). The same keys on a run's
+    materialization and on the health sensor's observations, so a partition's page shows
+    the newest of them first."""
+    metadata: dict[str, Any] = {"healthy": dg.MetadataValue.bool(verdict.passed)}
+    if health is not None:
+        metadata["health_score"] = dg.MetadataValue.float(float(health.score))
+        metadata["due_operations"] = dg.MetadataValue.text(
+            ", ".join(health.due_operations) or "none"
+        )
+    if health is not None and health.due:
+        rows = [[d.operation, d.reason] for d in health.due]
+        metadata["why"] = dg.MetadataValue.md(render.markdown_table(["due", "why"], rows))
+    else:
+        metadata["why"] = dg.MetadataValue.text(verdict.description)
+    return metadata
+
+
+def verdicts_metadata(outcomes: list[CheckOutcome]) -> dg.MetadataValue:
+    """The checks' verdicts as stored with a materialization (metadata ``checks``): what a
+    check executed on its own re-reports, and what the health sensor compares with."""
+    return dg.MetadataValue.json(
+        {o.name: {"passed": o.passed, "description": o.description} for o in outcomes}
+    )
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """One table's materialization metadata and check verdicts after a pass."""
+
+    metadata: dict[str, Any]
+    outcomes: list[CheckOutcome]
+    health: TableHealth | None
+    #: The WAL folder could not be listed (its ``wal_backlog`` check fails with this).
+    wal_error: str | None = None
+
+
+def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResult) -> TableRecord:
+    """What a pass over one table records in Dagster: the contract's metadata, one verdict
+    per check, and the table's health after the pass (pyiceberg, no JVM). A table whose WAL
+    cannot be listed, or whose health cannot be assessed, fails that check alone."""
+    config = maintainer.config
+    wal_error: str | None = None
+    try:
+        wal = wal_stats(config.wal_root, ref) if ref is not None else WalStats(0, 0)
+    except Exception as exc:
+        wal_error = scrub(
+            f"cannot list the WAL of {result.table}: {type(exc).__name__}: {exc}", config
+        )
+        wal = WalStats(0, 0)
+    outcomes = evaluate_health(result, config.for_table(result.table), wal)
+    if wal_error is not None:
+        outcomes = [
+            CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
+            if outcome.name == "wal_backlog"
+            else outcome
+            for outcome in outcomes
+        ]
+    health, health_check = health_after(
+        maintainer, result.table, ref, wal if wal_error is None else None
+    )
+    outcomes.append(health_check)
+    metadata = {**health_metadata(health, health_check), **partition_metadata(result, wal)}
+    if health is None:
+        metadata["health_error"] = health_check.description
+    if wal_error is not None:
+        for name in ("wal_files_count", "wal_size_bytes", "wal_files_quarantined"):
+            metadata.pop(name, None)  # unknown, not zero
+        metadata["wal_error"] = wal_error
+        metadata.setdefault("error", wal_error)
+    metadata["checks"] = verdicts_metadata(outcomes)
+    return TableRecord(metadata, outcomes, health, wal_error)
+
+
+def health_after(
+    maintainer: Maintainer, key: str, ref: TableRef | None, wal: WalStats | None
+) -> tuple[TableHealth | None, CheckOutcome]:
+    """The table's health now (pyiceberg, no JVM) and its ``healthy`` verdict; a table that
+    cannot be assessed fails that check alone."""
+    if ref is None:
+        return None, health_score_check(None, 0.0, f"{key} could not be resolved")
+    settings = maintainer.settings(ref)
+    min_score = settings.health.min_score
+    try:
+        iceberg = maintainer.load(ref)
+        min_score = thresholds_for(settings, iceberg.properties).min_score
+        health = assess_table(iceberg, key, settings, datetime.now(UTC), wal)
+    except Exception as exc:  # this check fails; the table's other checks stand
+        error = describe_error(exc, lambda text: scrub(text, maintainer.config))
+        return None, health_score_check(
+            None, min_score, f"cannot assess the health of {key}: {error}"
+        )
+    return health, health_score_check(health, min_score)
+
+
+# -- which materialization a check evaluation judges -----------------------------------------
+
+
+def _target_type() -> Any:
+    """The type of ``AssetCheckEvaluation``'s documented ``target_materialization_data``
+    argument. Dagster 1.13 does not export it, so it is read from the public class's own
+    annotations; None (evaluations name no materialization) if that ever changes."""
+    try:
+        hint = typing.get_type_hints(dg.AssetCheckEvaluation)["target_materialization_data"]
+    except (KeyError, NameError, TypeError):
+        return None
+    return next((t for t in typing.get_args(hint) if t is not type(None)), None)
+
+
+_TARGET = _target_type()
+
+
+def check_target(record: dg.EventLogRecord | None) -> Any:
+    """What an evaluation passes as ``target_materialization_data`` to judge ``record``'s
+    materialization (None: no materialization, or the type is unavailable)."""
+    if record is None or _TARGET is None:
+        return None
+    return _TARGET(storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+
+
+def latest_materialization(
+    instance: dg.DagsterInstance, partition: str
+) -> dg.EventLogRecord | None:
+    """The partition's latest materialization, by anyone."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[partition]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def source_of(record: dg.EventLogRecord) -> str | None:
+    """Who recorded a materialization outside a run (``cli``, ``assessment``), or None."""
+    materialization = record.asset_materialization
+    tags = materialization.tags if materialization is not None else None
+    return (tags or {}).get(SOURCE_TAG)
+
+
+def check_event(
+    outcome: CheckOutcome, partition: str, target: Any = None
+) -> dg.AssetCheckEvaluation:
+    """One check's verdict on one partition, as a Dagster event judging ``target`` (see
+    :func:`check_target`)."""
+    metadata = {
+        k: (dg.MetadataValue.json(v) if isinstance(v, list | dict) else v)
+        for k, v in outcome.metadata.items()
+    }
+    metadata["summary"] = dg.MetadataValue.text(outcome.description)
+    return dg.AssetCheckEvaluation(
+        asset_key=MAINTAINED_TABLE,
+        check_name=outcome.name,
+        passed=outcome.passed,
+        partition=partition,
+        metadata=metadata,
+        description=outcome.description,
+        severity=dg.AssetCheckSeverity.ERROR
+        if outcome.name in ("rows_preserved", "ops_succeeded")
+        else dg.AssetCheckSeverity.WARN,
+        target_materialization_data=target,
+    )
