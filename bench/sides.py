@@ -16,7 +16,8 @@ Sides:
   files (a throughput fixture; not timed).
 * ``pyarrow_rewrite PATHS_FILE OUT LEVEL``: read the Parquet files listed in
   ``PATHS_FILE`` and write them as one zstd file (``LEVEL`` a number or ``default``).
-* ``health_sensor CONFIG KEYS_FILE``: two ticks of the health trigger (cold, then cached).
+* ``health_sensor CONFIG KEYS_FILE``: three ticks of the health trigger as the daemon runs
+  them (cold; cached and unchanged; after 50 tables' verdicts changed), events counted.
 * ``sensor CONFIG KEYS_FILE``: one tick of each sensor (discovery, WAL sizing), each
   timed in-process.
 * ``query CONFIG FILES ROWS``: build a ``FILES``-file table with Spark, time queries,
@@ -157,11 +158,17 @@ def sensor(config_path: str, keys_file: str) -> None:
 
 
 def health_sensor(config_path: str, keys_file: str) -> None:
-    """Two ticks of ``table_health_sensor`` over the listed tables in one process: the
-    first reads every table's manifests, the second finds them in the walk cache (the
-    code server is long-lived, so later ticks are the second kind)."""
+    """Three ticks of ``table_health_sensor`` over the listed tables in one process, as the
+    daemon runs them (each tick's events stored in the instance, its cursor kept): the
+    first reads every table's manifests and records each table once; the second finds the
+    walks cached and nothing changed; before the third, the ``busy`` tables' own
+    ``icegate.health.min_score`` property is raised above their score, so their verdicts
+    change. Each tick: evaluation time, events recorded, time to store them."""
     import dagster as dg
 
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import TableRef
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
     from icegate_dagster.sensors import table_health_sensor
@@ -169,20 +176,38 @@ def health_sensor(config_path: str, keys_file: str) -> None:
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     resource_ = LakehouseResource(config_path=config_path)
     figures: dict[str, Any] = {"tables": len(keys)}
+    cursor: str | None = None
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(iceberg_tables.name, keys)
-        for tick in ("first", "second"):
-            context = dg.build_sensor_context(instance=instance, resources={"lakehouse": resource_})
+        for tick in ("first", "second", "third"):
+            if tick == "third":
+                catalog = open_catalog(load_config(config_path).catalog)
+                busy = [k for k in keys if ".busy" in k]
+                for key in busy:
+                    table = catalog.load_table(TableRef.parse(key).identifier)
+                    with table.transaction() as change:
+                        change.set_properties({"icegate.health.min_score": "65"})
+                figures["changed_tables"] = len(busy)
+            context = dg.build_sensor_context(
+                instance=instance, resources={"lakehouse": resource_}, cursor=cursor
+            )
             started = time.perf_counter()
             result = table_health_sensor(context)
             figures[f"{tick}_s"] = time.perf_counter() - started
-            requests = result.run_requests if isinstance(result, dg.SensorResult) else []
-            figures[f"{tick}_requested"] = len(requests or [])
-            events = result.asset_events if isinstance(result, dg.SensorResult) else []
+            assert isinstance(result, dg.SensorResult)
+            figures[f"{tick}_requested"] = len(result.run_requests or [])
+            events = list(result.asset_events or [])
+            figures[f"{tick}_events"] = len(events)
+            figures[f"{tick}_table_events"] = sum(1 for e in events if e.partition)
+            started = time.perf_counter()
+            for event in events:  # what the daemon does with them
+                instance.report_runless_asset_event(event)
+            figures[f"{tick}_store_s"] = time.perf_counter() - started
+            cursor = result.cursor if result.cursor is not None else cursor
             assessed = [
                 e.metadata["tables_assessed"].value
-                for e in events or []
-                if isinstance(e, dg.AssetMaterialization)
+                for e in events
+                if isinstance(e, dg.AssetMaterialization) and e.partition is None
             ]
             figures[f"{tick}_assessed"] = assessed[0] if assessed else None
     _emit(figures)

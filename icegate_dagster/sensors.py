@@ -10,6 +10,7 @@ import dagster as dg
 
 from icegate_dagster.assets.health_events import (
     LAKEHOUSE_HEARTBEAT_S,
+    RECORD_SECONDS,
     HealthCursor,
     lakehouse_digest,
     table_health_events,
@@ -395,6 +396,9 @@ def table_health_sensor(
         evaluation.healths,
         evaluation.errors,
         evaluation.min_scores,
+        busy=[r.table for r in selection.requested]
+        + [s.table for s in selection.skipped_as("in_flight")],
+        deadline=time.monotonic() + RECORD_SECONDS,
     )
     cursor.resume_at = evaluation.resume_at
     digest, now = lakehouse_digest(report.numbers()), time.time()

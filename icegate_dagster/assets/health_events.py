@@ -6,16 +6,19 @@ A table's *shown state* is what its partition's page says of it: ``healthy`` (it
 At each evaluation the sensor compares every assessed table's state with the one shown and
 records only the changes, with run-less events:
 
-* an **observation** of the partition with the health keys a run's materialization carries
-  (``healthy``, ``health_score``, ``due_operations``, ``why``): the partition's page shows
-  the newest of the two first, so it always says how the table is now;
-* a table no one has maintained that is healthy gets an **assessment**: a materialization
-  of its partition (tag ``icegate/source=assessment``, the figures of its metadata), so the
-  partitions view does not call it "Missing". One that is not healthy stays unmaterialized,
-  its page saying why, until its first maintenance: "Missing" there means "never
-  maintained, and work is due";
+* a table no one has maintained gets an **assessment** when first seen: a materialization
+  of its partition (tag ``icegate/source=assessment``; the figures of its metadata and its
+  health keys), so the partitions view does not call an existing table "Missing" and its
+  page says how healthy it is. (A never-materialized partition's page shows no
+  observation, and no run-less event can mark a partition failed: an unhealthy table is
+  told apart by its page, its ``healthy`` verdict first.) A table that cannot be read gets
+  an observation only, and stays "Missing";
+* later changes are **observations** of the partition with the health keys a run's
+  materialization carries (``healthy``, ``health_score``, ``due_operations``, ``why``): the
+  partition's page shows the newer of the two first, so it always says how the table is;
 * a table a run or a CLI pass just recorded shows what that pass recorded; nothing more is
-  needed unless its state differs.
+  needed unless its state differs; one the trigger requests now, or that a run in flight
+  names, gets nothing: that run records it.
 
 Why observations and not ``healthy`` check evaluations: Dagster 1.13 keeps one row per check,
 run and partition, and every run-less event has the same empty run id, so a second run-less
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,10 +52,14 @@ from icegate_dagster.assets.partition_events import (
 )
 from icegate_dagster.maintenance.health.checks import CheckOutcome, health_score_check
 from icegate_dagster.maintenance.health.score import TableHealth
+from icegate_dagster.partitions import iceberg_tables
 
 #: ``lakehouse_health`` is recorded again after this long even when nothing changed, so
 #: its plots keep a point an hour.
 LAKEHOUSE_HEARTBEAT_S = 3600.0
+#: Seconds one evaluation spends comparing tables it has not shown yet with what the
+#: instance holds (after the assessment's 40 s, within Dagster's 60 s); the rest wait.
+RECORD_SECONDS = 10.0
 #: New materializations of ``maintained_table`` read per query.
 PAGE = 1000
 #: On the sensor's observations: who recorded them.
@@ -106,7 +114,7 @@ class HealthCursor:
     after: int | None = None
     #: Per table: the state its partition shows (see :func:`state_of`).
     shown: dict[str, str] = field(default_factory=dict)
-    #: Shown tables no one has materialized yet (unhealthy ones are not assessed).
+    #: Shown tables no one has materialized yet (those that could not be read).
     unmaterialized: set[str] = field(default_factory=set)
     #: Digest and time of the last ``lakehouse_health`` recorded.
     lakehouse: str | None = None
@@ -173,21 +181,21 @@ def _new_materializations(
         page_cursor = result.cursor
 
 
-def _latest(instance: dg.DagsterInstance, key: str) -> tuple[Event | None, bool]:
-    """What the partition's page shows first: the newer of its latest materialization and
-    its latest observation; and whether it was ever materialized."""
+def _shown_now(instance: dg.DagsterInstance, key: str) -> str | None:
+    """The state a materialized partition's page shows: that of the newer of its latest
+    materialization and its latest observation."""
     where = dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[key])
     materialized = instance.fetch_materializations(where, limit=1).records
     observed = instance.fetch_observations(where, limit=1).records
     newest = max([*materialized, *observed], key=lambda r: r.storage_id, default=None)
-    return (newest.asset_event if newest is not None else None), bool(materialized)
+    return recorded_state(newest.asset_event) if newest is not None else None
 
 
 def assessment_event(
     key: str, health: TableHealth, verdict: CheckOutcome
 ) -> dg.AssetMaterialization:
-    """The materialization recorded for a healthy table no one maintained yet: its state
-    now, from its metadata, marked as an assessment."""
+    """The materialization recorded for a table no one maintained yet: its state now, from
+    its metadata, marked as an assessment."""
     metrics = health.metrics
     delete_files = (
         metrics.position_delete_files + metrics.equality_delete_files + metrics.deletion_vectors
@@ -243,10 +251,16 @@ def table_health_events(
     healths: Mapping[str, TableHealth],
     errors: Mapping[str, str],
     min_scores: Mapping[str, float],
+    busy: Iterable[str] = (),
+    deadline: float | None = None,
 ) -> tuple[list[Event], HealthCursor]:
     """The events that bring each partition's page in line with this evaluation (see the
     module docstring), and the cursor after them. ``tables`` are the current partitions;
-    ``healths`` and ``errors`` the tables assessed now, or not assessable."""
+    ``healths`` and ``errors`` the tables assessed now, or not assessable. Tables in
+    ``busy`` (requested now, or named by an unfinished run) get nothing: their run records
+    them shortly, and the daemon launches the runs only after storing a tick's events.
+    Past ``deadline`` (``time.monotonic()``), tables not shown yet wait for the next
+    evaluation: comparing one costs two questions to the instance."""
     partitions = set(tables)
     shown = {key: state for key, state in cursor.shown.items() if key in partitions}
     unmaterialized = cursor.unmaterialized & set(shown)
@@ -271,18 +285,29 @@ def table_health_events(
         verdicts[key] = (error_state(error), health_score_check(None, 0.0, error), None)
 
     events: list[Event] = []
+    skipped = set(busy)
+    # Tables this sensor has not shown yet (its first look, or new partitions): which ones
+    # were ever materialized, in one question.
+    unknown = sorted(key for key in verdicts if key not in shown and key not in skipped)
+    statuses = (
+        instance.get_status_by_partition(MAINTAINED_TABLE, unknown, iceberg_tables)
+        if unknown
+        else None
+    ) or {}
     for key in sorted(verdicts):
+        if key in skipped:
+            continue
         state, verdict, assessed = verdicts[key]
         if key not in shown:
-            latest, ever = _latest(instance, key)
-            known = recorded_state(latest)
-            if known is not None:
-                shown[key] = known
-            if not ever:
+            if deadline is not None and time.monotonic() > deadline:
+                continue  # compared at the next evaluation
+            if statuses.get(key) is None:
                 unmaterialized.add(key)
+            elif (known := _shown_now(instance, key)) is not None:
+                shown[key] = known
         if shown.get(key) == state:
             continue
-        if key in unmaterialized and assessed is not None and verdict.passed:
+        if key in unmaterialized and assessed is not None:
             events.append(assessment_event(key, assessed, verdict))
             unmaterialized.discard(key)
         else:

@@ -100,7 +100,9 @@ def health_metadata(health: TableHealth | None, verdict: CheckOutcome) -> dict[s
         )
     if health is not None and health.due:
         rows = [[d.operation, d.reason] for d in health.due]
-        metadata["why"] = dg.MetadataValue.md(render.markdown_table(["due", "why"], rows))
+        metadata["why"] = dg.MetadataValue.md(
+            render.markdown_table(["due operation", "reason"], rows)
+        )
     else:
         metadata["why"] = dg.MetadataValue.text(verdict.description)
     return metadata

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,11 @@ from tests.dagster.conftest import (
     run_maintenance,
     run_request,
 )
-from tests.lakehouse import Lakehouse, LakehouseFactory, batch
+from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.webserver import graphql, make_dagster_home, running_webserver
 
 MIN_SCORE = 70.0  # BUSY (6 small files a partition, due at 5) scores 60: unhealthy
+BUSY2 = "lakehouse.busy2"
 STATUS_QUERY = """
 { assetNodes(assetKeys: [{path: ["maintained_table"]}]) {
     assetPartitionStatuses {
@@ -64,6 +64,7 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     return health_lakehouse(
         lakehouse_factory,
         health={"small_files": 5, "expirable_snapshots": 1, "min_score": MIN_SCORE},
+        trigger={"max_tables": 1},
     )
 
 
@@ -99,54 +100,57 @@ def _page(instance: dg.DagsterInstance, key: str) -> dict[str, Any]:
 def test_health_is_recorded_per_table_when_it_changes_and_never_per_tick(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, IDLE, OLD])
+    lh.add_table(BUSY2, appends=6)  # as unhealthy as BUSY, after it in the budget's order
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, BUSY2, IDLE, OLD])
     resource = _resource(lh)
 
     first, cursor = health_tick(instance, resource, None)
 
-    # No table was maintained. The healthy ones get an assessment of their partition (their
-    # state now); the unhealthy one an observation saying why: it stays "Missing".
+    # The budget (max_tables 1) requests BUSY: its run will record it. Every other table,
+    # never maintained, gets an assessment of its partition, its state now, unhealthy or
+    # not, so none is "Missing" and each page says how healthy it is.
+    assert [t["table"] for r in first.run_requests or [] for t in _tables(r)] == [BUSY]
     events = _per_table(first)
-    assert set(events) == {BUSY, IDLE, OLD}
-    busy, idle = _values(events[BUSY]), _values(events[IDLE])
-    assert isinstance(events[BUSY], dg.AssetObservation)
+    assert set(events) == {BUSY2, IDLE, OLD}
+    for key, event in events.items():
+        assert isinstance(event, dg.AssetMaterialization)
+        assert event.tags[SOURCE_TAG] == ASSESSMENT_SOURCE
+        values = _values(event)
+        assert values["files_after"] == len(lh.table(key).inspect.files())
+        assert values["recorded_by"].startswith("table_health_sensor, from Iceberg metadata")
+        assert values["healthy"] == (values["health_score"] >= MIN_SCORE)
+    busy, idle = _values(events[BUSY2]), _values(events[IDLE])
     assert busy["healthy"] is False and busy["due_operations"] == "optimize"
     assert "6 small files" in busy["why"] and busy["health_score"] < MIN_SCORE
-    assert isinstance(events[IDLE], dg.AssetMaterialization)
-    assert events[IDLE].tags[SOURCE_TAG] == ASSESSMENT_SOURCE
     assert idle["healthy"] is True and idle["due_operations"] == "none"
-    assert idle["files_after"] == len(lh.table(IDLE).inspect.files())
-    assert idle["recorded_by"].startswith("table_health_sensor, from Iceberg metadata")
-    for event in events.values():  # healthy or not, as the score says
-        assert _values(event)["healthy"] == (_values(event)["health_score"] >= MIN_SCORE)
-    status = instance.get_status_by_partition(MAINTAINED_TABLE, [BUSY, IDLE], iceberg_tables)
-    assert status is not None and status[BUSY] is None and status[IDLE] is not None
-    # An assessment is not maintenance: the due tables are requested all the same.
-    assert {t["table"] for r in first.run_requests or [] for t in _tables(r)} == {BUSY, OLD}
+    status = instance.get_status_by_partition(MAINTAINED_TABLE, [BUSY2, IDLE, OLD], iceberg_tables)
+    assert status is not None and None not in status.values()
 
-    # Nothing changed: nothing is recorded, per table or for the lakehouse.
+    # Nothing changed: nothing is recorded, per table or for the lakehouse. (An assessment
+    # is not maintenance: BUSY2 waits for the budget, not for min_interval.)
     second, cursor = health_tick(instance, resource, cursor)
     assert second.asset_events == []
 
-    # IDLE gets small files: exactly one event, an observation of its new state.
-    table = lh.table(IDLE)
-    for i in range(5):
-        table.append(batch(9_000 + i * 10, ("api", "web")))
+    # OLD's own threshold rises above its score: exactly one event, an observation of its
+    # new verdict, which its page now shows first.
+    with lh.table(OLD).transaction() as change:
+        change.set_properties({"icegate.health.min_score": "90"})
     third, cursor = health_tick(instance, resource, cursor)
     [(key, changed)] = _per_table(third).items()
-    assert key == IDLE and isinstance(changed, dg.AssetObservation)
-    assert _page(instance, IDLE)["healthy"] is False
+    assert key == OLD and isinstance(changed, dg.AssetObservation)
+    assert _page(instance, OLD)["healthy"] is False
+    assert "fails below 90" in (changed.description or "")
     assert [e for e in third.asset_events if e.asset_key == LAKEHOUSE_HEALTH]
 
-    # A run maintains IDLE and BUSY and records their health: the sensor repeats none of it,
-    # and each partition's page shows the run's verdict.
-    [request] = [r for r in third.run_requests or [] if IDLE in json.dumps(r.run_config)]
+    # The run maintains BUSY and records its health: the sensor repeats none of it, and
+    # BUSY's page shows the run's verdict. (BUSY2, requested now, gets nothing either.)
+    [request] = third.run_requests or []
+    assert [t["table"] for t in _tables(request)] == [BUSY]
     assert run_request(request, lh, instance).success
     fourth, cursor = health_tick(instance, resource, cursor)
-    assert set(_per_table(fourth)) <= {OLD}
-    for key in (IDLE, BUSY):
-        if key in json.dumps(request.run_config):
-            assert _page(instance, key)["healthy"] is True, key
+    assert _per_table(fourth) == {}
+    assert [t["table"] for r in fourth.run_requests or [] for t in _tables(r)] == [BUSY2]
+    assert _page(instance, BUSY)["healthy"] is True
 
 
 def _tables(request: dg.RunRequest) -> list[dict[str, Any]]:

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
+from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
-from tests.dagster.conftest import run_maintenance
+from icegate_dagster.resources import LakehouseResource
+from tests.dagster.conftest import discovery_tick, health_tick, run_maintenance
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.webserver import REPO, make_dagster_home, running_webserver
 
@@ -160,3 +162,122 @@ def test_maintenance_log_page_shows_the_runs_log_rows(page: Page, lakehouse: Lak
     assert _metadata_value(page, "rows_this_run") == str(len(logged))
     assert _metadata_value(page, "failures_this_run") == "0"
     page.screenshot(path=_artifacts() / "maintenance_log.png", full_page=True)
+
+
+# -- every table's state, whoever maintained it --------------------------------------------
+
+CLI_TABLES = ["lakehouse.orders", "lakehouse.metrics"]
+UNHEALTHY = "lakehouse.events"  # 13 small files in one partition, never maintained
+REQUESTED = "lakehouse.spans"  # as unhealthy, more bytes: the one the trigger requests
+ASSESSED = "lakehouse.idle"  # one small commit, never maintained: healthy
+HISTORY_MIN_SCORE = 80
+
+
+@pytest.fixture(scope="module")
+def history_lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Lakehouse:
+    lh = make_lakehouse(
+        tmp_path_factory.mktemp("ui_history") / "lake",
+        # One table a tick: the other unhealthy one waits (budget), assessed meanwhile.
+        maintain={"health": {"min_score": HISTORY_MIN_SCORE}, "trigger": {"max_tables": 1}},
+    )
+    for key in CLI_TABLES:
+        lh.add_table(key, appends=6)  # 12 small files -> compacted to 2
+    lh.add_table(UNHEALTHY, appends=13, services=("api",))
+    lh.add_table(REQUESTED, appends=20, services=("api",))
+    lh.add_table(ASSESSED, appends=1)
+    return lh
+
+
+@pytest.fixture(scope="module")
+def history_port(history_lakehouse: Lakehouse) -> Iterator[int]:
+    """Two tables maintained by ``icegate-maintain run`` with ``DAGSTER_HOME`` set, then the
+    discovery sensor's tick and one of the health sensor, as the daemon runs them (the run
+    it requests for REQUESTED is not launched)."""
+    lh = history_lakehouse
+    root = lh.root.parent
+    home = make_dagster_home(root / "dagster_home")
+    args = ["run", "--config", str(lh.config_path)]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DAGSTER_HOME", str(home))
+        assert run_cli([*args, *(f"--table={key}" for key in CLI_TABLES)]) == 0
+    resource = LakehouseResource(config_path=str(lh.config_path))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        discovery_tick(instance, resource)
+        health_tick(instance, resource, None)
+    with running_webserver(home, lh.config_path, root / "webserver.log") as (port, _):
+        yield port
+
+
+@pytest.fixture
+def history_page(browser: Browser, history_port: int) -> Iterator[Page]:
+    context = browser.new_context(
+        base_url=f"http://127.0.0.1:{history_port}", viewport={"width": 1600, "height": 1200}
+    )
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def _visible(page: Page, text: str) -> Locator:
+    """The visible element whose text is exactly ``text`` (lists keep hidden copies)."""
+    found = page.get_by_text(text, exact=True)
+    visible = [found.nth(i) for i in range(found.count()) if found.nth(i).is_visible()]
+    assert visible, f"{text!r} is not on the page"
+    return visible[-1]
+
+
+def test_a_cli_pass_shows_its_tables_materialized_with_the_cli_metadata(
+    history_page: Page,
+) -> None:
+    page = history_page
+    _open(page, "/assets/maintained_table?view=partitions")
+    # The CLI's two tables, and the two no one maintained (assessed), are materialized; the
+    # one the trigger requested shows "Missing" until its run records it.
+    expect(page.get_by_text("Materialized (4)")).to_be_visible()
+    expect(page.get_by_text("Missing (1)")).to_be_visible()
+    for key in CLI_TABLES:
+        _visible(page, key).click()
+        expect(page.get_by_text("recorded_by", exact=True)).to_be_visible()
+        assert _metadata_value(page, "recorded_by").startswith("icegate-maintain, run cli-")
+        assert _metadata_value(page, "files_before") == "12"
+        assert _metadata_value(page, "files_after") == "2"
+        assert _metadata_value(page, "healthy") == "true"
+        expect(page.get_by_text("icegate_cli_pass", exact=True).first).to_be_visible()  # Job
+        page.screenshot(path=_artifacts() / f"cli_partition_{key}.png", full_page=True)
+
+
+def test_each_tables_page_says_how_healthy_it_is_and_why(history_page: Page) -> None:
+    page = history_page
+    _open(page, "/assets/maintained_table?view=partitions")
+    _visible(page, UNHEALTHY).click()
+    expect(page.get_by_text("why", exact=True)).to_be_visible()
+    assert _metadata_value(page, "healthy") == "false"
+    assert _metadata_value(page, "recorded_by").startswith("table_health_sensor")
+    assert _metadata_value(page, "due_operations") == "optimize"
+    expect(page.get_by_text(re.compile(r"holds 13 small files")).first).to_be_visible()
+    page.screenshot(path=_artifacts() / f"health_{UNHEALTHY}.png", full_page=True)
+
+    _visible(page, ASSESSED).click()
+    expect(page.get_by_text("recorded_by", exact=True)).to_be_visible()
+    assert _metadata_value(page, "healthy") == "true"
+    assert _metadata_value(page, "recorded_by").startswith("table_health_sensor")
+    assert _metadata_value(page, "files_after") == "2"
+    page.screenshot(path=_artifacts() / f"health_{ASSESSED}.png", full_page=True)
+
+
+def test_the_healthy_checks_partitions_show_the_cli_passes_verdicts(history_page: Page) -> None:
+    page = history_page
+    _open(page, "/assets/maintained_table?view=checks")
+    _visible(page, "healthy").click()
+    _visible(page, "Partitions").click()
+    # The check is a maintenance pass's verdict: the CLI's two tables pass; the three no
+    # pass has judged yet are "Missing" here (their pages say how healthy they are).
+    expect(page.get_by_text("Passed (2)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Missing (3)", exact=True)).to_be_visible()
+    _visible(page, CLI_TABLES[0]).click()
+    expect(
+        page.get_by_text(re.compile(r"^score \d+(\.\d)? \(fails below 80\)")).first
+    ).to_be_visible()
+    page.screenshot(path=_artifacts() / "healthy_check_partitions.png", full_page=True)
