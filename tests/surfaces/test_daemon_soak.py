@@ -34,6 +34,11 @@ import dagster as dg
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 
+from icegate_dagster.assets.partition_events import (
+    ASSESSMENT_SOURCE,
+    MAINTAINED_TABLE,
+    SOURCE_TAG,
+)
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import assess_table
@@ -296,6 +301,22 @@ def test_the_daemon_heals_itself_through_killed_workers_and_a_crash(
         assert health.asset_materialization is not None
         figures = health.asset_materialization.metadata
         assert figures["tables"].value == figures["tables_assessed"].value == 3
+        # The healthy table no run touched is not "Missing": the sensor assessed it once, and
+        # every partition's page says it is healthy now.
+        where = dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[IDLE])
+        assessments = instance.fetch_materializations(where, limit=10).records
+        assert len(assessments) == 1, "assessed once, however many ticks"
+        [assessment] = assessments
+        assert assessment.asset_materialization is not None
+        assert assessment.asset_materialization.tags[SOURCE_TAG] == ASSESSMENT_SOURCE
+        for key in (WRITTEN, LOGS, IDLE):
+            where = dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[key])
+            records = [
+                *instance.fetch_materializations(where, limit=1).records,
+                *instance.fetch_observations(where, limit=1).records,
+            ]
+            newest = max(records, key=lambda r: r.storage_id).asset_event
+            assert newest is not None and newest.metadata["healthy"].value is True, key
 
 
 def _same_rows(lh: Lakehouse, key: str, expected: Counter[int]) -> None:
