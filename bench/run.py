@@ -707,7 +707,8 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     healthy, busy = settings.pick((950, 50), (45, 5))
 
     def build(root: Path) -> Path:
-        lake = make_lakehouse(root, "bench_health")
+        # A budget of 10 tables a tick: the other due tables wait, as on a busy lakehouse.
+        lake = make_lakehouse(root, "bench_health", maintain={"trigger": {"max_tables": 10}})
         keys = fixtures.healthy_tables(lake, healthy)
         catalog = lake.catalog()
         for t in range(busy):
@@ -735,6 +736,8 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     data = summary.samples[0].data
     requested = int(data["first_requested"])
     changed = int(data["changed_tables"])
+    # Tables the trigger requests get nothing from the sensor: their run records them.
+    waiting = changed - int(data["third_requested_tables"])
     # Events a day at one tick every 30 s: the steady tick's count at each tick, plus one
     # lakehouse_health an hour (recorded at least hourly), plus one event per change.
     steady = int(data["second_events"])
@@ -753,7 +756,7 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
                 f"{second:.1f}s (walks cached per metadata file), a tick after {changed} "
                 f"tables changed {third:.1f}s; {data['first_assessed']} of "
                 f"{count} tables assessed in the first, {requested} runs requested (budget "
-                f"max_tables of the {busy} due); peak {summary.peak_mb:.0f} MB",
+                f"max_tables 10 of the {busy} due); peak {summary.peak_mb:.0f} MB",
             ),
         ),
         Figure(
@@ -762,12 +765,13 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
             None,
             "events/day",
             "grows with changes, not with ticks",
-            steady == 0 and int(data["third_table_events"]) == changed,
-            f"first tick {data['first_table_events']} table events (each table once: "
-            f"{count} assessments) + {data['first_events'] - data['first_table_events']} "
+            steady == 0 and int(data["third_table_events"]) == waiting,
+            f"first tick {data['first_table_events']} table events (an assessment of each "
+            f"table not requested now) + {data['first_events'] - data['first_table_events']} "
             f"lakehouse_health, stored in {summary.median('first_store_s'):.1f}s; an "
-            f"unchanged tick {steady} events; after {changed} tables' verdicts changed "
-            f"{data['third_table_events']} table events (one each); idle a day: "
+            f"unchanged tick {steady} events; after {changed} tables' verdicts changed, "
+            f"{data['third_table_events']} table events (one each of the {waiting} not "
+            f"requested; the requested ones are recorded by their run); idle a day: "
             f"{steady} x 2880 ticks + 24 hourly lakehouse_health",
         ),
     ]

@@ -196,6 +196,10 @@ def health_sensor(config_path: str, keys_file: str) -> None:
             figures[f"{tick}_s"] = time.perf_counter() - started
             assert isinstance(result, dg.SensorResult)
             figures[f"{tick}_requested"] = len(result.run_requests or [])
+            figures[f"{tick}_requested_tables"] = sum(
+                len(r.run_config["ops"]["plan_batch"]["config"]["tables"])
+                for r in result.run_requests or []
+            )
             events = list(result.asset_events or [])
             figures[f"{tick}_events"] = len(events)
             figures[f"{tick}_table_events"] = sum(1 for e in events if e.partition)

@@ -310,8 +310,8 @@ def wal_size_sensor(
         "maintain.trigger's budget and up to maintain.trigger.tables_per_run tables per run; "
         "never a table with a run in flight, none more often than its health.min_interval, "
         "backing off tables whose runs keep failing. Marks failed the runs whose worker is "
-        "gone. Records each table's health (the healthy check; an assessment of a table "
-        "never maintained) and lakehouse_health when they change."
+        "gone. Records each table's health on its partition (an assessment of a table never "
+        "maintained, then observations) and lakehouse_health when they change."
     ),
 )
 def table_health_sensor(

@@ -73,15 +73,19 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture
-def page(browser: Browser, webserver_port: int) -> Iterator[Page]:
+def _browse(browser: Browser, port: int, height: int = 1000) -> Iterator[Page]:
+    """A fresh browser page on the webserver at ``port``, closed afterwards."""
     context = browser.new_context(
-        base_url=f"http://127.0.0.1:{webserver_port}", viewport={"width": 1600, "height": 1000}
+        base_url=f"http://127.0.0.1:{port}", viewport={"width": 1600, "height": height}
     )
     context.set_default_timeout(UI_TIMEOUT_MS)
-    opened = context.new_page()
-    yield opened
+    yield context.new_page()
     context.close()
+
+
+@pytest.fixture
+def page(browser: Browser, webserver_port: int) -> Iterator[Page]:
+    yield from _browse(browser, webserver_port)
 
 
 def _open(page: Page, path: str) -> None:
@@ -210,13 +214,7 @@ def history_port(history_lakehouse: Lakehouse) -> Iterator[int]:
 
 @pytest.fixture
 def history_page(browser: Browser, history_port: int) -> Iterator[Page]:
-    context = browser.new_context(
-        base_url=f"http://127.0.0.1:{history_port}", viewport={"width": 1600, "height": 1200}
-    )
-    context.set_default_timeout(UI_TIMEOUT_MS)
-    opened = context.new_page()
-    yield opened
-    context.close()
+    yield from _browse(browser, history_port, height=1200)
 
 
 def _visible(page: Page, text: str) -> Locator:
