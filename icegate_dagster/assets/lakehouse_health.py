@@ -3,7 +3,8 @@
 Recorded two ways, with the same metadata: by ``table_health_sensor`` whenever its
 figures change and at least hourly (a materialization reported with the tick, no run),
 and by materializing the asset (the UI's Materialize button), which assesses every table
-now and reports what the trigger would do. Numbers are numeric metadata, so the asset's Plots tab draws them over time.
+now and reports what the trigger would do. Numbers are numeric metadata, so the asset's
+Plots tab draws them over time.
 
 :func:`evaluate_health_trigger` is that one evaluation: each table's health from its
 metadata (pyiceberg, no JVM), then the trigger's decision from what the instance knows.

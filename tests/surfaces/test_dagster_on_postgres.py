@@ -15,7 +15,7 @@ import pytest
 
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from tests.dagster.conftest import run_maintenance
-from tests.lakehouse import LakehouseFactory
+from tests.lakehouse import LakehouseFactory, batch
 from tests.surfaces.postgres_server import PostgresServer, postgres_server
 from tests.webserver import REPO
 
@@ -124,3 +124,68 @@ def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgr
         (result.run_id, "ASSET_CHECK_EVALUATION"),
     )
     assert checks[0][0] == 6 * len(tables)
+
+
+def test_cli_passes_and_the_health_sensors_records_on_the_deploy_instance(
+    lakehouse_factory: LakehouseFactory,
+    production_home: Path,
+    dagster_db: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two CLI passes over one table, recorded in PostgreSQL as two runs whose check
+    evaluations each judge that pass's materialization; then the health sensor's ticks,
+    stored as the daemon stores them, record a table's change of health once."""
+    from icegate_dagster.cli import run_cli
+    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.runs import CLI_PASS_JOB
+    from tests.dagster.conftest import health_tick
+
+    table, idle = "lakehouse.cli_pg", "lakehouse.idle_pg"
+    lakehouse = lakehouse_factory()
+    lakehouse.add_table(table, appends=6)
+    lakehouse.add_table(idle, appends=1)
+    monkeypatch.setenv("DAGSTER_HOME", str(production_home))
+    for command in ("run", "optimize"):
+        assert run_cli([command, "--config", str(lakehouse.config_path), "--table", table]) == 0
+
+    runs = dagster_db.query(
+        "SELECT run_id, status FROM runs WHERE pipeline_name = %s ORDER BY create_timestamp",
+        (CLI_PASS_JOB,),
+    )
+    assert [status for _, status in runs] == ["SUCCESS", "SUCCESS"]
+    for run_id, _ in runs:
+        [(materialization_id,)] = dagster_db.query(
+            "SELECT id FROM event_logs WHERE run_id = %s AND dagster_event_type = %s",
+            (run_id, "ASSET_MATERIALIZATION"),
+        )
+        judged = dagster_db.query(
+            "SELECT check_name, execution_status, materialization_event_storage_id "
+            "FROM asset_check_executions WHERE run_id = %s AND partition = %s",
+            (run_id, table),
+        )
+        assert len(judged) == 6
+        assert {target for _, _, target in judged} == {materialization_id}
+        assert {status for _, status, _ in judged} == {"SUCCEEDED"}
+
+    resource = LakehouseResource(config_path=str(lakehouse.config_path))
+    with dg.DagsterInstance.from_config(str(production_home)) as instance:
+        instance.add_dynamic_partitions(iceberg_tables.name, [idle])
+        # (Earlier tests' tables share this database, as partitions of other lakehouses.)
+        first, cursor = health_tick(instance, resource, None)
+        [assessed] = [e for e in first.asset_events if e.partition == idle]
+        assert isinstance(assessed, dg.AssetMaterialization)
+        assert [e for e in first.asset_events if e.partition == table] == []  # the CLI's
+        with lakehouse.table(idle).transaction() as change:
+            change.set_properties({"icegate.health.min_score": "100"})  # a new threshold...
+        lakehouse.table(idle).append(batch(50_000, ("api", "web")))  # ...a second file fails
+        second, cursor = health_tick(instance, resource, cursor)
+        third, cursor = health_tick(instance, resource, cursor)
+    changed = [e for e in second.asset_events if e.partition == idle]
+    assert len(changed) == 1 and isinstance(changed[0], dg.AssetObservation)
+    assert [e for e in third.asset_events if e.partition in (idle, table)] == []
+    observed = dagster_db.query(
+        "SELECT count(*) FROM event_logs WHERE dagster_event_type = %s AND partition = %s",
+        ("ASSET_OBSERVATION", idle),
+    )
+    assert observed[0][0] == 1
