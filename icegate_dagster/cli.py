@@ -180,12 +180,17 @@ def _emit_results(
 def _recorded(
     instance: DagsterInstance | None, maintainer: Maintainer, results: list[TableResult]
 ) -> str | None:
-    """Record a pass in the Dagster instance, if one is configured (see ``cli_history``)."""
+    """Record a pass in the Dagster instance, if one is configured (see ``cli_history``);
+    what was recorded. Why it could not be goes to stderr: the pass and its log rows
+    stand, so the exit code is the pass's."""
     if instance is None:
         return None
     from icegate_dagster.cli_history import record_or_warn
 
-    return record_or_warn(instance, maintainer, results)
+    recorded, line = record_or_warn(instance, maintainer, results)
+    if not recorded:
+        print(f"icegate-maintain: warning: {line}", file=sys.stderr)
+    return line
 
 
 def _instance(args: argparse.Namespace) -> DagsterInstance | None:

@@ -155,18 +155,16 @@ def record_pass(
 
 
 def record_or_warn(
-    instance: dg.DagsterInstance | None, maintainer: Maintainer, results: Sequence[TableResult]
-) -> str | None:
-    """:func:`record_pass` when an instance is configured; a line saying what was recorded,
-    or why nothing could be (the pass itself stands either way)."""
-    if instance is None:
-        return None
+    instance: dg.DagsterInstance, maintainer: Maintainer, results: Sequence[TableResult]
+) -> tuple[bool, str]:
+    """:func:`record_pass`, and a line saying what was recorded, or why nothing could be
+    (False: the pass itself stands, its log rows are written)."""
     try:
         recorded = record_pass(instance, maintainer, results)
     except Exception as exc:
         error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-        return f"could not record the pass in the Dagster instance: {error}"
-    return (
+        return False, f"could not record the pass in the Dagster instance: {error}"
+    return True, (
         f"recorded {len(recorded)} tables as materializations of maintained_table in the "
         f"Dagster instance at {instance.root_directory}"
     )
