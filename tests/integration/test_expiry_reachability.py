@@ -1,15 +1,17 @@
 """Issue 23, item 1: expiry deletes by reachability on every path, on the history shapes
 where Iceberg 1.10.2's own driver-side cleanup (``RemoveSnapshots`` choosing
-``IncrementalFileCleanup`` on a linear ``main``) deletes live files.
+``IncrementalFileCleanup`` on a linear ``main``) deletes live files, and on the shapes
+where 1.10.2 picks its reachable cleanup instead (kept as regression tests).
 
-Each shape is built twice with Iceberg's Java table API on the driver (py4j), from real
-Parquet files written by pyiceberg. On one copy Iceberg's ``expireSnapshots().commit()``
-runs with its default cleanup: the control, kept as evidence that the shape reproduces the
-bug on the pinned runtime (it fails once a runtime deletes no live file there: then the
-pin moved, see docs/deploy.md). On the other the project's ``expire_snapshots`` runs (the
-driver path: commit with ``cleanExpiredFiles(false)``, then delete what only the expired
+Each shape is built with Iceberg's Java table API on the driver (py4j), from real Parquet
+files written by pyiceberg, and the project's ``expire_snapshots`` runs on it (the driver
+path: commit with ``cleanExpiredFiles(false)``, then delete what only the expired
 snapshots reach). Afterwards every file a retained snapshot references is on disk, and
 every retained snapshot reads back the rows it had, through Spark and through DuckDB.
+Where the shape reproduces the bug, an identical copy gets Iceberg's own
+``expireSnapshots().commit()`` with its default cleanup: the control, evidence that the
+fixture reproduces the bug on the pinned runtime (it fails once a runtime deletes no live
+file there: then the pin moved, see docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
 from icegate_dagster.spark_session import get_spark
 from tests.duckdb_reader import duckdb_iceberg
-from tests.lakehouse import Lakehouse, LakehouseFactory, batch
+from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory, batch
 
 OURS = "lakehouse.ours"
 ICEBERGS = "lakehouse.icebergs"
@@ -66,6 +68,15 @@ def _append(lh: Lakehouse, key: str, start: int) -> None:
     lh.table(key).append(batch(start, ("api", "web")))
 
 
+def _partition_stats(lh: Lakehouse, key: str, snapshot_id: int) -> None:
+    """Iceberg's ``compute_partition_stats`` for one snapshot: a partition statistics file
+    registered in the table metadata."""
+    get_spark(lh.config).sql(
+        f"CALL {lh.config.catalog.name}.system.compute_partition_stats("
+        f"table => '{key}', snapshot_id => {snapshot_id})"
+    ).collect()
+
+
 # --- the shapes ---------------------------------------------------------------------------
 
 
@@ -85,10 +96,12 @@ def removed_and_readded_in_one_commit(lh: Lakehouse, key: str) -> str:
 
 def removed_then_readded_later(lh: Lakehouse, key: str) -> str:
     """File F deleted by one commit and appended again by a later one (the same path
-    registered anew), on a linear ``main``. Returns F's path."""
+    registered anew), on a linear ``main``; partition statistics of the first snapshot
+    (which expires) and of the last (kept). Returns F's path."""
     lh.add_table(key, appends=1)
     java = _java(lh, key)
     f = _added(java, "api")
+    _partition_stats(lh, key, java.currentSnapshot().snapshotId())
     _append(lh, key, 1000)
     java.refresh()
     java.newDelete().deleteFile(f).commit()
@@ -96,6 +109,8 @@ def removed_then_readded_later(lh: Lakehouse, key: str) -> str:
     java.refresh()
     java.newAppend().appendFile(f).commit()
     _append(lh, key, 3000)
+    java.refresh()
+    _partition_stats(lh, key, java.currentSnapshot().snapshotId())
     return str(f.location())
 
 
@@ -134,6 +149,28 @@ def branches_tags_and_cherry_picks(lh: Lakehouse, key: str) -> str:
     return str(f.location())
 
 
+def a_missing_parent_snapshot(lh: Lakehouse, key: str) -> str:
+    """apache/amoro#4231's shape: ``main``'s history broken by a snapshot expired by id
+    without cleanup, below a commit that merged every manifest (pyiceberg's merge append),
+    so the first snapshot's file F lives on as an ``EXISTING`` entry of the merged
+    manifest. Returns F's path."""
+    ref = TableRef.parse(key)
+    lh.catalog.create_namespace_if_not_exists(ref.namespace)
+    merging = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "3"}
+    lh.catalog.create_table(ref.identifier, schema=SCHEMA, partition_spec=SPEC, properties=merging)
+    _append(lh, key, 0)
+    java = _java(lh, key)
+    f = _added(java, "api")
+    _append(lh, key, 1000)
+    java.refresh()
+    parent = java.currentSnapshot().snapshotId()
+    _append(lh, key, 2000)  # the third manifest: all three merged into one
+    java.refresh()
+    java.expireSnapshots().expireSnapshotId(parent).cleanExpiredFiles(False).commit()
+    _append(lh, key, 3000)
+    return str(f.location())
+
+
 Shape = Callable[[Lakehouse, str], str]
 
 
@@ -150,11 +187,20 @@ def _on_disk(lh: Lakehouse, key: str) -> dict[Path, int]:
     }
 
 
+def _statistics(lh: Lakehouse, key: str) -> dict[Path, int]:
+    """The table's statistics and partition statistics files, and their snapshots."""
+    metadata = lh.table(key).metadata
+    return {
+        _local(s.statistics_path): s.snapshot_id
+        for s in [*metadata.statistics, *metadata.partition_statistics]
+    }
+
+
 def _referenced(lh: Lakehouse, key: str) -> set[Path]:
-    """Every file a snapshot the table keeps references: manifest lists, manifests, and
-    the data and delete files they list live."""
+    """Every file a snapshot the table keeps references: manifest lists, manifests, the
+    data and delete files they list live, and statistics files."""
     table = lh.table(key)
-    found: set[Path] = set()
+    found: set[Path] = set(_statistics(lh, key))
     for snapshot in table.metadata.snapshots:
         found.add(_local(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
@@ -202,8 +248,10 @@ def _icebergs_own_expiry(lh: Lakehouse, key: str) -> None:
         # Iceberg 1.10 picks its reachable cleanup here (snapshots off main): no live file
         # goes. Kept as a regression test of the project's own cleanup.
         (branches_tags_and_cherry_picks, False),
+        # Iceberg 1.10.0 fixed the strategy choice here (apache/iceberg#13568): reachable.
+        (a_missing_parent_snapshot, False),
     ],
-    ids=["readded-in-one-commit", "readded-later", "branches-tags-cherry-picks"],
+    ids=["readded-in-one-commit", "readded-later", "branches-tags-cherry-picks", "no-parent"],
 )
 def test_expiry_never_deletes_a_file_a_retained_snapshot_references(
     lakehouse_factory: LakehouseFactory, shape: Shape, icebergs_own_deletes_it: bool
@@ -214,6 +262,7 @@ def test_expiry_never_deletes_a_file_a_retained_snapshot_references(
     if icebergs_own_deletes_it:
         reused_control = _local(shape(lh, ICEBERGS))
     time.sleep(1.2)  # every snapshot is now older than the threshold
+    statistics = _statistics(lh, OURS)
     plan = plan_expiry(
         lh.table(OURS), lh.config.for_table(OURS).expire_snapshots, datetime.now(UTC)
     )
@@ -234,10 +283,12 @@ def test_expiry_never_deletes_a_file_a_retained_snapshot_references(
     # The dry run said exactly this, and the op's figures agree.
     assert (plan.files, plan.bytes) == (len(vanished), sum(vanished.values()))
     assert (op.output["files_freed"], op.output["bytes_freed"]) == (plan.files, plan.bytes)
+    # Statistics files go with their snapshots, and only with them.
+    retained = {s.snapshot_id for s in lh.table(OURS).metadata.snapshots}
+    assert {p: p.exists() for p in statistics} == {p: s in retained for p, s in statistics.items()}
     # Deleted through Iceberg's Hadoop FileIO: no checksum file outlives its file.
     crc = [p for p in _local(lh.table(OURS).location()).rglob(".*.crc")]
     assert not [p for p in crc if not p.with_name(p.name[1:-4]).exists()]
-    retained = {s.snapshot_id for s in lh.table(OURS).metadata.snapshots}
     assert _snapshot_rows(lh, OURS) == {s: kept_rows[s] for s in retained}
     for snapshot_id in retained:
         assert _duckdb_rows(lh, OURS, snapshot_id) == kept_rows[snapshot_id], snapshot_id

@@ -245,10 +245,9 @@ def _reachable_diff(
     live, whatever other entries say of it: a manifest a kept snapshot shares with an
     expired one counts, and so does an ``ADDED`` entry beside a ``DELETED`` one for the same
     path (a file removed and re-added in one commit, apache/iceberg#17304). Paths are
-    compared in one spelling (``file:/x`` = ``file:///x``). A manifest whose list records
-    no added or existing file is not read: it lists no live file."""
-    from pyiceberg.manifest import ManifestContent
-
+    compared in one spelling (``file:/x`` = ``file:///x``). An expired manifest whose list
+    records no added or existing file is not read for candidates: it lists no live file
+    (a miscount there only leaves files to orphan removal)."""
     kept_manifests = {normalize_location(m.manifest_path): m for s in kept for m in manifests.of(s)}
     gone: dict[str, ManifestFile] = {}
     for snapshot in expired:
@@ -262,19 +261,11 @@ def _reachable_diff(
         if _may_list_live(manifest):
             candidates.add_content(manifests.live(manifest))
     if candidates.data_files or candidates.delete_files:
-        # Data files are listed by data manifests only, delete files by delete manifests.
-        contents = {
-            content
-            for content, wanted in (
-                (ManifestContent.DATA, candidates.data_files),
-                (ManifestContent.DELETES, candidates.delete_files),
-            )
-            if wanted
-        }
+        # Every kept manifest is read, whatever its list says of it: a miscount must not
+        # make a live file look unreachable.
         live = {
             normalize_location(entry.data_file.file_path)
             for manifest in kept_manifests.values()
-            if manifest.content in contents and _may_list_live(manifest)
             for entry in manifests.live(manifest)
         }
         for kind in (candidates.data_files, candidates.delete_files):
