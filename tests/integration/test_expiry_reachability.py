@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
@@ -298,3 +299,40 @@ def test_expiry_never_deletes_a_file_a_retained_snapshot_references(
         missing = sorted(p for p in _referenced(lh, ICEBERGS) if not p.exists())
         assert missing == [reused_control], missing
         assert os.path.basename(reused_control).endswith(".parquet")
+
+
+def test_a_lease_lost_after_the_commit_stops_the_deletes_and_fails_the_expiry(
+    lakehouse_factory: LakehouseFactory,
+) -> None:
+    lh = lakehouse_factory(maintain=EXPIRY)
+    lh.add_table(OURS, appends=4)
+    locks = Maintainer(lh.config).leasing.locks
+    assert locks is not None
+    time.sleep(1.2)
+    before = _on_disk(lh, OURS)
+    plan = plan_expiry(
+        lh.table(OURS), lh.config.for_table(OURS).expire_snapshots, datetime.now(UTC)
+    )
+
+    def take_over(point: str) -> None:
+        committed = len(lh.table(OURS).metadata.snapshots) == 1
+        if point == "before_commit" and committed:  # the expiry committed: now the deletes
+            with locks.engine.begin() as conn:
+                conn.execute(
+                    update(locks.table)
+                    .where(locks.table.c.table_name == OURS)
+                    .values(token="thief", holder="thief-host:7:other-run")
+                )
+
+    result = Maintainer(lh.config, fault_hook=take_over).maintain_table(
+        TableRef.parse(OURS), ["expire_snapshots"]
+    )
+
+    [op] = result.ops
+    assert op.status == "failed", op
+    assert "stopped deleting, the table's lease is lost" in op.details, op.details
+    assert "thief-host:7:other-run" in op.output["lease_lost"]
+    assert op.output["snapshots_expired"] == 3 and op.output["files_freed"] == 0
+    assert op.output["delete_failure_count"] == plan.files > 0
+    assert len(lh.table(OURS).metadata.snapshots) == 1  # the commit stands
+    assert before.keys() <= _on_disk(lh, OURS).keys()  # no file deleted without the lease

@@ -73,6 +73,9 @@ def test_a_full_pass_keeps_row_lineage_on_a_format_v3_table(
     assert lineage(lh, name) == before
     assert duckdb_rows(lh) == seen_by_duckdb
     assert spark.sql(f"SELECT count(*) FROM {name}.delete_files").first()[0] == 0
+    # A dry run says the same, unplanned.
+    [dry] = Maintainer(lh.config).maintain_table(ref, ["rewrite_manifests"], dry_run=True).ops
+    assert dry.status == "skipped" and dry.details == manifests.details
 
     if distributed:  # the control: what the skip avoids, on this very table
         spark.sql(f"INSERT INTO {name} SELECT id, 'api', 'late' FROM range(1000, 1010)")
