@@ -3,8 +3,9 @@
 Iceberg v3 gives every row a ``_row_id`` and a ``_last_updated_sequence_number``; a rewrite
 that moves rows must carry both over. On the pinned Iceberg 1.10.2 compaction
 (``rewrite_data_files``, binpack or z-order, deletion vectors applied) does, expiry and
-orphan removal change no row, and the ``rewrite_manifests`` procedure does not (apache/iceberg#16699): so the pass
-skips the manifest rewrite on v3 tables, and the health trigger never finds it due there.
+orphan removal change no row, and the ``rewrite_manifests`` procedure does not
+(apache/iceberg#16699): so the pass skips the manifest rewrite on v3 tables, and the
+health trigger never finds it due there.
 """
 
 from __future__ import annotations
