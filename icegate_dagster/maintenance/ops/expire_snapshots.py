@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.catalog import scrub
 from icegate_dagster.config import format_bytes, format_duration
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.discovery import normalize_location
@@ -543,7 +544,7 @@ class ExpireSnapshots(Operation):
                 **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
                 "files_freed": 0,
                 "bytes_freed": 0,
-                "cleanup_error": describe_error(exc),
+                "cleanup_error": _describe(ctx, exc),
             }
         deletion = _delete(ctx, java.io(), doomed)
         failed = deletion.failed
@@ -574,6 +575,11 @@ _KINDS = {
 _DELETE_BATCH = 500
 #: Joins a batch of paths into one string for the JVM (a path holding it goes one by one).
 _SEPARATOR = "\n"
+
+
+def _describe(ctx: OpContext, exc: BaseException) -> str:
+    """One line for an error, secrets masked: these lines go to the op's output."""
+    return describe_error(exc, lambda text: scrub(text, ctx.config))
 
 
 def _fresh(table: Table) -> Table:
@@ -610,7 +616,7 @@ def _delete(ctx: OpContext, io: Any, doomed: _Doomed) -> _Deletion:
         try:
             check_lease()
         except Exception as exc:
-            deletion.lease_lost = describe_error(exc)
+            deletion.lease_lost = _describe(ctx, exc)
             why = f"not deleted: {deletion.lease_lost}"
             deletion.failed.update((path, why) for path in paths[start:])
             break
@@ -621,7 +627,7 @@ def _delete(ctx: OpContext, io: Any, doomed: _Doomed) -> _Deletion:
             try:
                 io.deleteFiles(listed.collect(jvm.java.util.stream.Collectors.toList()))
             except Exception as exc:  # some failed (Iceberg counts them): which still exist
-                why = describe_error(exc)
+                why = _describe(ctx, exc)
                 deletion.failed.update(
                     (path, why) for path in batch if io.newInputFile(path).exists()
                 )
@@ -630,5 +636,5 @@ def _delete(ctx: OpContext, io: Any, doomed: _Doomed) -> _Deletion:
             try:
                 io.deleteFile(path)
             except Exception as exc:
-                deletion.failed[path] = describe_error(exc)
+                deletion.failed[path] = _describe(ctx, exc)
     return deletion
