@@ -5,6 +5,15 @@ rewrite, on tables of N appends (N files, N snapshots, N manifests): where the l
 Usage: ``.venv/bin/python -m bench.driver_side [N ...]`` (default 50 200). One warm Spark
 session for all sizes, each method on its own copy of the table: relative figures only,
 labelled as such. Building a table costs O(N^2) with pyiceberg appends.
+
+The expiry tables end with one commit deleting every other data file, so an expiry that
+keeps the last snapshot frees N/2 data files as well as N-1 manifest lists and the
+manifests only expired snapshots list. Expiry is timed three ways: Iceberg's
+``expireSnapshots().commit()`` with its own (incremental) file cleanup (``expire_driver_s``),
+the ``expire_snapshots`` procedure (``expire_procedure_s``), and the project's
+``expire_snapshots`` operation as a pass runs it on a table this small, on the driver
+(``expire_op_s``: the operation's own duration, lease and planning included; run this
+module from another checkout's folder to time another version of the operation).
 """
 
 from __future__ import annotations
@@ -17,9 +26,11 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+from pyiceberg.expressions import In
 
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import config_from_dict
+from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.iceberg_java import java_table, one_cluster
 from icegate_dagster.spark_session import get_spark
 
@@ -32,8 +43,13 @@ def main(argv: list[str]) -> int:
     root = Path(tempfile.mkdtemp(prefix="icegate-driver-side-"))
     try:
         uri, warehouse = f"sqlite:///{root}/c.db", (root / "wh").as_uri()
+        expire = {"retention_threshold": "1s", "retain_last": 1}
         config = config_from_dict(
-            {"catalog": {"name": "xo", "uri": uri, "warehouse": warehouse}}, root
+            {
+                "catalog": {"name": "xo", "uri": uri, "warehouse": warehouse},
+                "maintain": {"expire_snapshots": expire, "log_table": "ns._log"},
+            },
+            root,
         )
         catalog = open_catalog(config.catalog)
         catalog.create_namespace_if_not_exists("ns")
@@ -42,11 +58,15 @@ def main(argv: list[str]) -> int:
             table = catalog.create_table(("ns", name), schema=SCHEMA)
             for i in range(appends):
                 table.append(pa.table({"id": [i] * 20, "body": [f"x{i}"] * 20}, schema=SCHEMA))
+            if name.endswith(f"exp_{appends}"):  # one commit deleting every other file
+                table.delete(In("id", list(range(1, appends, 2))))
 
         for n in [5, *sizes]:
-            for method in ("drv_exp", "proc_exp", "drv_rm", "proc_rm"):
+            for method in ("drv_exp", "proc_exp", "op_exp", "drv_rm", "proc_rm"):
                 build(f"{method}_{n}", n)
         spark = get_spark(config)
+        maintainer = Maintainer(config)
+        time.sleep(1.1)  # every snapshot older than the operation's 1 s threshold
         for n in [5, *sizes]:  # 5: warm-up of both paths, not printed
             cutoff = int(time.time() * 1000) + 1000
             started = time.perf_counter()
@@ -59,6 +79,10 @@ def main(argv: list[str]) -> int:
                 f"older_than => {FAR}, retain_last => 1)"
             ).collect()
             expire_procedure = time.perf_counter() - started
+            [op] = maintainer.maintain_table(
+                TableRef("ns", f"op_exp_{n}"), ["expire_snapshots"], write_log=False
+            ).ops
+            assert op.status == "completed" and op.output["execution"] == "driver", op
             started = time.perf_counter()
             rewrite = java_table(spark, f"xo.ns.drv_rm_{n}", "xo").rewriteManifests()
             rewrite.clusterBy(one_cluster(spark)).commit()
@@ -71,6 +95,8 @@ def main(argv: list[str]) -> int:
                     "appends": n,
                     "expire_driver_s": round(expire_driver, 3),
                     "expire_procedure_s": round(expire_procedure, 3),
+                    "expire_op_s": round(op.duration_s, 3),
+                    "expire_op_files_freed": op.output.get("files_freed"),
                     "rewrite_manifests_driver_s": round(rewrite_driver, 3),
                     "rewrite_manifests_procedure_s": round(rewrite_procedure, 3),
                 }

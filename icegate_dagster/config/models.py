@@ -181,6 +181,10 @@ class ExpireSnapshotsSettings(_Settings):
     #: Also drop partition specs and schemas no remaining snapshot uses (Iceberg's
     #: ``clean_expired_metadata``), so ``metadata.json`` stops growing with evolution.
     clean_expired_metadata: bool = True
+    #: Delete the files only expired snapshots reach (``false``: expire the metadata only
+    #: and leave those files to ``remove_orphan_files``, as seed 002's
+    #: ``--expire-keep-files``).
+    delete_files: bool = True
 
 
 class RewritePositionDeletesSettings(_Settings):

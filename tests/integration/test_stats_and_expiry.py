@@ -217,7 +217,7 @@ def _history_with_compaction(lh: Lakehouse, maintainer: Maintainer, *, tag: bool
     ref = TableRef.parse(TABLE)
     lh.add_table(TABLE, appends=4)
     maintainer.maintain_table(ref, ["compute_table_stats", "optimize"])
-    if tag:  # a tag on an early snapshot: Iceberg's driver-side cleanup goes "reachable"
+    if tag:  # a tag on an early snapshot: a history that is not one line
         table = lh.table(TABLE)
         table.manage_snapshots().create_tag(table.metadata.snapshots[1].snapshot_id, "v1").commit()
     lh.table(TABLE).append(batch(90_000, ("api",)))
@@ -225,15 +225,16 @@ def _history_with_compaction(lh: Lakehouse, maintainer: Maintainer, *, tag: bool
 
 
 @pytest.mark.parametrize(
-    ("retain_last", "distributed", "tag", "cleanup", "data_freed"),
+    ("retain_last", "distributed", "tag"),
     [
-        # The compaction expires too: its inputs go, whichever way the files are found.
-        (1, False, False, "incremental", True),
-        # The compaction is kept: the driver's incremental cleanup leaves the files it
-        # replaced until it expires; the procedure's reachability diff deletes them now.
-        (3, False, False, "incremental", False),
-        (3, True, False, "reachable", True),
-        (3, False, True, "reachable", True),
+        # The compaction expires too: its inputs go.
+        (1, False, False),
+        # The compaction is kept: the files it replaced are reachable from expired
+        # snapshots only, so they go now on every path (the driver's incremental cleanup
+        # of Iceberg 1.10 would have left them until the compaction expired).
+        (3, False, False),
+        (3, True, False),
+        (3, False, True),
     ],
     ids=["driver-compaction-expired", "driver-compaction-kept", "procedure", "driver-tagged"],
 )
@@ -244,8 +245,6 @@ def test_dry_run_reports_the_bytes_the_expiry_then_frees(
     retain_last: int,
     distributed: bool,
     tag: bool,
-    cleanup: str,
-    data_freed: bool,
 ) -> None:
     lh = lakehouse_factory(
         maintain={
@@ -271,11 +270,10 @@ def test_dry_run_reports_the_bytes_the_expiry_then_frees(
     after = _files_on_disk(lh, TABLE)
     freed = {path: size for path, size in before.items() if path not in after}
     plan = _op(planned, TABLE, "expire_snapshots")["output"]
-    assert plan["cleanup"] == cleanup
     assert plan["bytes_to_free"] == sum(freed.values()) > 0
     assert plan["files_to_free"] == len(freed)
     assert plan["statistics_files_to_free"] == 1
-    assert (plan["data_files_to_free"] > 0) == data_freed
+    assert plan["data_files_to_free"] > 0
     real = _op(done, TABLE, "expire_snapshots")["output"]
     assert real["deleted_data_files_count"] == plan["data_files_to_free"]
     assert real["deleted_manifest_lists_count"] == plan["manifest_lists_to_free"]
@@ -306,3 +304,50 @@ def test_a_full_pass_dry_run_reports_the_same_expiry(
     assert plan["output"]["snapshots_expiring"] == 4
     assert plan["details"].startswith("dry run: 4 of 5 snapshots would expire, deleting ")
     assert _files_on_disk(lh, TABLE) == before
+
+
+def test_delete_files_off_expires_metadata_only_and_orphan_removal_frees_the_files(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Seed 002's --expire-keep-files: the expiry commits, the files wait for the orphan pass.
+    lh = lakehouse_factory(
+        maintain={
+            "optimize": {"min_input_files": 2},
+            "expire_snapshots": {"retention_threshold": "1s", "delete_files": False},
+            "compute_table_stats": {"enabled": True},
+        }
+    )
+    _history_with_compaction(lh, Maintainer(lh.config), tag=False)
+    rows = lh.rows(TABLE)
+    time.sleep(1.2)
+    config = ["--config", str(lh.config_path), "--table", TABLE]
+    code, planned = _run(capsys, "expire", "--dry-run", *config)
+    assert code == 0, planned
+    plan = _op(planned, TABLE, "expire_snapshots")
+    assert plan["details"].startswith("dry run: 6 of 7 snapshots would expire, leaving to ")
+    assert plan["output"]["files_deleted"] is False and plan["output"]["data_files_to_free"] > 0
+    before = _files_on_disk(lh, TABLE)
+
+    code, done = _run(capsys, "expire", *config)
+
+    assert code == 0, done
+    op = _op(done, TABLE, "expire_snapshots")
+    assert op["status"] == "completed", op
+    assert "deleted no file (delete_files: false)" in op["details"]
+    assert op["output"]["files_deleted"] is False
+    assert op["output"]["snapshots_expired"] == plan["output"]["snapshots_expiring"] == 6
+    assert op["output"]["files_freed"] == op["output"]["deleted_data_files_count"] == 0
+    assert len(lh.table(TABLE).metadata.snapshots) == 1
+    assert before.keys() <= _files_on_disk(lh, TABLE).keys()  # metadata only: none deleted
+    assert lh.rows(TABLE) == rows
+    # remove_orphan_files then frees exactly what the expiry left (back-dated past its floor).
+    month_ago = time.time() - 30 * 86400
+    for path in before:
+        os.utime(path, (month_ago, month_ago))
+    code, orphans = _run(capsys, "orphans", *config)
+    assert code == 0, orphans
+    after = _files_on_disk(lh, TABLE)
+    freed = {path: size for path, size in before.items() if path not in after}
+    assert len(freed) == plan["output"]["files_to_free"]
+    assert sum(freed.values()) == plan["output"]["bytes_to_free"]
+    assert lh.rows(TABLE) == rows

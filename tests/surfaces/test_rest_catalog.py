@@ -451,7 +451,7 @@ def test_expiry_dry_run_reports_the_bytes_the_s3_objects_take(rest: RestLakehous
     assert op["details"].startswith("dry run: "), op
     planned = op["output"]
     settings = load_config(config_path).for_table(EXPIRING).expire_snapshots
-    plan = plan_expiry(table, settings, datetime.now(UTC), driver_side=True)
+    plan = plan_expiry(table, settings, datetime.now(UTC))
     doomed = {
         **plan.data_files,
         **plan.delete_files,

@@ -228,6 +228,19 @@ def test_manifests_a_rewrite_cannot_reduce_are_never_due() -> None:
     assert half.due_operations == ("rewrite_manifests",)
 
 
+def test_no_manifest_rewrite_is_due_where_rows_carry_lineage() -> None:
+    # Format version 3: rewrite_manifests is skipped there (Iceberg 1.10.2 would renumber
+    # _row_id), so the trigger must never ask for it, however many manifests pile up.
+    crowded = {"manifests": 500, "small_manifests": 500}
+    assert judge(metrics(**crowded, format_version=2)).due_operations == ("rewrite_manifests",)
+    v3 = judge(metrics(**crowded, format_version=3))
+    assert v3.due == ()
+    assert v3.penalties["manifests"] == WEIGHTS["manifests"]  # the score still says so
+    # Other operations stay due on v3 tables.
+    both = judge(metrics(**crowded, **fragments(13), format_version=3))
+    assert both.due_operations == ("optimize",)
+
+
 def test_expirable_snapshots_make_expiry_due() -> None:
     health = judge(metrics(snapshots=30, expirable_snapshots=10))
     assert health.due_operations == ("expire_snapshots",)
@@ -411,6 +424,7 @@ def test_one_manifest_walk_per_table_version(
     lowered = settings_with(health={"expirable_snapshots": 3})
     assert judge(later, lowered).due_operations == ("expire_snapshots",)
     assert len(walks) == 2
+    assert first.format_version == 2
     # Where gc.enabled=false expiry is skipped: it is never due there.
     table.transaction().set_properties({"gc.enabled": "false"}).commit_transaction()
     no_gc = collect_metrics(table, "unit.events", DEFAULTS, NOW + timedelta(days=3650))

@@ -71,7 +71,10 @@ compacted idle table stays healthy however long nobody touches it.
   current partition spec ``health.small_manifests``, and a rewrite would remove at least
   half that threshold (it leaves other specs' manifests, as the Spark procedure does, and
   about one per ``commit.manifest.target-size-bytes`` of the rest): a large table's
-  manifests that are already at their target size are no reason to run again;
+  manifests that are already at their target size are no reason to run again; never on
+  a table that keeps row lineage (format version 3: the operation is skipped there, see
+  :func:`~icegate_dagster.maintenance.ops.rewrite_manifests.row_lineage_reason`), though
+  its manifests still weigh in the score;
 - ``expire_snapshots``: ``health.expirable_snapshots`` snapshots, and a tenth of the
   table's, can expire (a steady writer always has one just past retention: it must not
   get a run every interval), and never where ``gc.enabled=false`` (the operation is
@@ -110,6 +113,7 @@ from icegate_dagster.maintenance.health.manifest_walk import (
 )
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.ops.expire_snapshots import expirable_snapshots
+from icegate_dagster.maintenance.ops.rewrite_manifests import row_lineage_reason
 from icegate_dagster.maintenance.wal import compaction_due
 
 if TYPE_CHECKING:
@@ -203,6 +207,9 @@ class HealthMetrics:
     rewritable_small_manifests: int | None = None
     #: About how many manifests a rewrite would leave; None (hand-built): one.
     manifests_after_rewrite: int | None = None
+    #: The table's format version: from 3, rows carry lineage and no manifest rewrite is
+    #: due (the operation is skipped there).
+    format_version: int = 2
 
     @property
     def delete_files(self) -> int:
@@ -387,6 +394,7 @@ def collect_metrics(
         wal_quarantined=wal.quarantined if wal is not None else 0,
         rewritable_small_manifests=figures.rewritable_small_manifests,
         manifests_after_rewrite=figures.manifests_after_rewrite,
+        format_version=int(table.metadata.format_version),
     )
 
 
@@ -558,7 +566,8 @@ def _due(
             f"{SMALL_MANIFEST_SHARE:.0%} of the manifest target size), about {after} after "
             f"a rewrite; due at {thresholds.small_manifests}"
         )
-    if manifest_reasons:
+    # Where rows carry lineage the operation is skipped: it must never be due there.
+    if manifest_reasons and row_lineage_reason(metrics.format_version) is None:
         due.append(DueOperation("rewrite_manifests", "; ".join(manifest_reasons)))
 
     expire_at = max(thresholds.expirable_snapshots, -(-metrics.snapshots // 10))

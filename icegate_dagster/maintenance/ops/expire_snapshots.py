@@ -2,18 +2,34 @@
 they referenced, keeping the last ``retain_last`` and every branch and tag head.
 
 With ``clean_expired_metadata`` the same commit drops the partition specs and schemas no
-remaining snapshot uses. A dry run says, from metadata alone, which files Iceberg would
-then delete and how many bytes that frees (:func:`plan_expiry`).
+remaining snapshot uses. A dry run says, from metadata alone, which files would then be
+deleted and how many bytes that frees (:func:`plan_expiry`).
+
+Files are deleted **by reachability on every path**: what the expired snapshots reach and
+the table as committed does not. The Spark procedure does so itself
+(``ExpireSnapshotsSparkAction``). On the driver, Iceberg 1.10's ``RemoveSnapshots`` would
+pick an *incremental* cleanup on a linear history, which deletes live files (a file
+removed and re-added in one commit, apache/iceberg#17304, or re-added by a later commit:
+both reproduced on 1.10.2, ``tests/integration/test_expiry_reachability.py``); so the
+driver commits with ``cleanExpiredFiles(false)`` and deletes the difference itself
+(:func:`unreachable_files`), through the table's Java FileIO under the lease. The dry run
+computes the same difference against the snapshots it would keep. ``delete_files: false``
+commits the metadata only and leaves the freed files to ``remove_orphan_files``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.catalog import scrub
 from icegate_dagster.config import format_bytes, format_duration
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance.discovery import normalize_location
+from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
 from icegate_dagster.maintenance.ops.procedures import (
     call_procedure,
@@ -29,13 +45,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from icegate_dagster.config import ExpireSnapshotsSettings
-
-#: How Iceberg finds the files an expiry frees: ``incremental`` (the files the expired
-#: snapshots deleted; the driver's ``RemoveSnapshots`` on a table whose history is one
-#: line) or ``reachable`` (whatever only expired snapshots reach: the Spark procedure, and
-#: the driver once branches, tags or side snapshots are involved).
-Cleanup = Literal["incremental", "reachable"]
-_SOURCE_SNAPSHOT = "source-snapshot-id"  # set on a cherry-picked snapshot
 
 
 def _ancestors(table: Table, snapshot_id: int) -> Iterator[Snapshot]:
@@ -123,16 +132,6 @@ class _Manifests:
         return (e for e in self.entries(manifest) if e.status != ManifestEntryStatus.DELETED)
 
 
-def _source(snapshot: Snapshot) -> int | None:
-    """The snapshot a cherry-picked snapshot copies, if it is one."""
-    source = snapshot.summary.get(_SOURCE_SNAPSHOT) if snapshot.summary is not None else None
-    return int(source) if source is not None else None
-
-
-def _has_deleted(manifest: ManifestFile) -> bool:
-    return manifest.deleted_files_count is None or manifest.deleted_files_count > 0
-
-
 @dataclass
 class _Doomed:
     """Files an expiry deletes, path -> size in bytes, by kind."""
@@ -150,23 +149,6 @@ class _Doomed:
             file = entry.data_file
             kind = self.data_files if file.content == DataFileContent.DATA else self.delete_files
             kind[file.file_path] = file.file_size_in_bytes
-
-
-@dataclass(frozen=True)
-class ExpiryPlan:
-    """What an expiry would do, read from metadata (no JVM): the snapshots it removes, the
-    files Iceberg then deletes (path -> bytes, by kind), and with ``clean_expired_metadata``
-    the partition specs and schemas it drops."""
-
-    snapshot_ids: frozenset[int]
-    cleanup: Cleanup
-    data_files: dict[str, int]
-    delete_files: dict[str, int]
-    manifests: dict[str, int]
-    manifest_lists: dict[str, int]
-    statistics_files: dict[str, int]
-    unused_specs: tuple[int, ...] = ()
-    unused_schemas: tuple[int, ...] = ()
 
     def _kinds(self) -> tuple[dict[str, int], ...]:
         return (
@@ -186,6 +168,21 @@ class ExpiryPlan:
     def bytes(self) -> int:
         """Bytes those files take."""
         return sum(sum(kind.values()) for kind in self._kinds())
+
+    def size(self, path: str) -> int:
+        """The size of one of the files."""
+        return next(kind[path] for kind in self._kinds() if path in kind)
+
+
+@dataclass
+class ExpiryPlan(_Doomed):
+    """What an expiry would do, read from metadata (no JVM): the files it then deletes
+    (path -> bytes, by kind), the snapshots it removes, and with ``clean_expired_metadata``
+    the partition specs and schemas it drops."""
+
+    snapshot_ids: frozenset[int] = frozenset()
+    unused_specs: tuple[int, ...] = ()
+    unused_schemas: tuple[int, ...] = ()
 
     def summary(self) -> str:
         """The files and bytes in words."""
@@ -213,7 +210,6 @@ class ExpiryPlan:
             "manifests_to_free": len(self.manifests),
             "manifest_lists_to_free": len(self.manifest_lists),
             "statistics_files_to_free": len(self.statistics_files),
-            "cleanup": self.cleanup,
             "partition_specs_dropped": list(self.unused_specs),
             "schemas_dropped": list(self.unused_schemas),
         }
@@ -235,108 +231,78 @@ def _sizes(table: Table, paths: list[str]) -> dict[str, int]:
         return dict(zip(paths, sizes, strict=True))
 
 
-def cleanup_strategy(table: Table, expiring: frozenset[int], *, driver_side: bool) -> Cleanup:
-    """How Iceberg 1.10 will find the files to delete. The Spark procedure always diffs
-    what is reachable before and after; the driver's ``RemoveSnapshots`` goes incremental
-    unless a removed snapshot lies off ``main``'s history or a kept one does."""
-    if not driver_side:
-        return "reachable"
-    head = table.current_snapshot()
-    before = {s.snapshot_id for s in _ancestors(table, head.snapshot_id)} if head else set()
-    kept = {s.snapshot_id for s in table.metadata.snapshots} - expiring
-    after: set[int] = set()
-    for snapshot in _ancestors(table, head.snapshot_id) if head else iter(()):
-        if snapshot.snapshot_id not in kept:
-            break  # main's history ends at its first expired ancestor
-        after.add(snapshot.snapshot_id)
-    if expiring - before or kept - after:
-        return "reachable"
-    return "incremental"
+def _may_list_live(manifest: ManifestFile) -> bool:
+    """Whether a manifest may list a live file: its list records how many it added and
+    carried over; an unknown count (optional in format v1) may be anything."""
+    return manifest.added_files_count != 0 or manifest.existing_files_count != 0
 
 
-def _reachable_files(
-    table: Table, manifests: _Manifests, expiring: frozenset[int], doomed: _Doomed
+def _reachable_diff(
+    manifests: _Manifests, expired: Sequence[Snapshot], kept: Sequence[Snapshot], doomed: _Doomed
 ) -> None:
-    """Iceberg's ``ReachableFileCleanup`` (and the Spark action's diff): manifests only
-    expired snapshots list, and the live files in them that no kept manifest lists live."""
-    expired = [s for s in table.metadata.snapshots if s.snapshot_id in expiring]
-    kept = [s for s in table.metadata.snapshots if s.snapshot_id not in expiring]
-    kept_manifests = {m.manifest_path: m for s in kept for m in manifests.of(s)}
-    gone = {
-        m.manifest_path: m
-        for s in expired
-        for m in manifests.of(s)
-        if m.manifest_path not in kept_manifests
-    }
-    doomed.manifests.update((path, m.manifest_length) for path, m in gone.items())
+    """The Spark action's diff (Iceberg's ``ReachableFileCleanup``): the manifests only
+    expired snapshots list, and the files live in those (added or existing) that no kept
+    manifest lists live. A file is live when *any* kept snapshot's manifests list it
+    live, whatever other entries say of it: a manifest a kept snapshot shares with an
+    expired one counts, and so does an ``ADDED`` entry beside a ``DELETED`` one for the same
+    path (a file removed and re-added in one commit, apache/iceberg#17304). Paths are
+    compared in one spelling (``file:/x`` = ``file:///x``). An expired manifest whose list
+    records no added or existing file is not read for candidates: it lists no live file
+    (a miscount there only leaves files to orphan removal)."""
+    kept_manifests = {normalize_location(m.manifest_path): m for s in kept for m in manifests.of(s)}
+    gone: dict[str, ManifestFile] = {}
+    for snapshot in expired:
+        for manifest in manifests.of(snapshot):
+            key = normalize_location(manifest.manifest_path)
+            if key not in kept_manifests:
+                gone.setdefault(key, manifest)
+    doomed.manifests.update((m.manifest_path, m.manifest_length) for m in gone.values())
     candidates = _Doomed()
     for manifest in gone.values():
-        candidates.add_content(manifests.live(manifest))
+        if _may_list_live(manifest):
+            candidates.add_content(manifests.live(manifest))
     if candidates.data_files or candidates.delete_files:
-        for manifest in kept_manifests.values():
-            for entry in manifests.live(manifest):
-                candidates.data_files.pop(entry.data_file.file_path, None)
-                candidates.delete_files.pop(entry.data_file.file_path, None)
+        # Every kept manifest is read, whatever its list says of it: a miscount must not
+        # make a live file look unreachable.
+        live = {
+            normalize_location(entry.data_file.file_path)
+            for manifest in kept_manifests.values()
+            for entry in manifests.live(manifest)
+        }
+        for kind in (candidates.data_files, candidates.delete_files):
+            for path in [p for p in kind if normalize_location(p) in live]:
+                del kind[path]
     doomed.data_files.update(candidates.data_files)
     doomed.delete_files.update(candidates.delete_files)
 
 
-def _incremental_files(
-    table: Table, manifests: _Manifests, expiring: frozenset[int], doomed: _Doomed
-) -> list[Snapshot]:
-    """Iceberg's ``IncrementalFileCleanup``: the files that expired ancestors of the current
-    snapshot deleted, and those that expired snapshots off its history added; cherry-picked
-    changes are left alone. Returns the expired snapshots whose manifest lists go."""
-    from pyiceberg.manifest import ManifestEntryStatus
+def _statistics(table: Table) -> list[Any]:
+    return [*table.metadata.statistics, *table.metadata.partition_statistics]
 
-    head = table.current_snapshot()
-    ancestors = {s.snapshot_id for s in _ancestors(table, head.snapshot_id)} if head else set()
-    picked = {
-        source
-        for s in table.metadata.snapshots
-        if s.snapshot_id in ancestors and (source := _source(s)) is not None
-    }
-    valid = {s.snapshot_id for s in table.metadata.snapshots} - expiring
-    valid_manifests: set[str] = set()
-    scan: dict[str, ManifestFile] = {}
-    for snapshot in table.metadata.snapshots:
-        if snapshot.snapshot_id not in valid:
-            continue
-        for manifest in manifests.of(snapshot):
-            valid_manifests.add(manifest.manifest_path)
-            writer = manifest.added_snapshot_id
-            from_history = writer in ancestors or writer in picked
-            if writer not in valid and from_history and _has_deleted(manifest):
-                scan[manifest.manifest_path] = manifest
-    revert: dict[str, ManifestFile] = {}
-    listed: list[Snapshot] = []
-    for snapshot in table.metadata.snapshots:
-        if snapshot.snapshot_id in valid or snapshot.snapshot_id in picked:
-            continue
-        source = _source(snapshot)
-        if source is not None and (source in ancestors or source in picked):
-            continue  # its changes live on in a cherry-picked copy
-        for manifest in manifests.of(snapshot):
-            if manifest.manifest_path in valid_manifests:
-                continue
-            doomed.manifests[manifest.manifest_path] = manifest.manifest_length
-            writer = manifest.added_snapshot_id
-            if writer in ancestors and _has_deleted(manifest):
-                scan[manifest.manifest_path] = manifest
-            if writer not in ancestors and writer in expiring and manifest.has_added_files():
-                revert[manifest.manifest_path] = manifest
-        listed.append(snapshot)
-    for manifest in scan.values():
-        doomed.add_content(
-            e
-            for e in manifests.entries(manifest)
-            if e.status == ManifestEntryStatus.DELETED and e.snapshot_id not in valid
-        )
-    for manifest in revert.values():
-        doomed.add_content(
-            e for e in manifests.entries(manifest) if e.status == ManifestEntryStatus.ADDED
-        )
-    return listed
+
+def unreachable_files(
+    before: Table,
+    expired: Sequence[Snapshot],
+    kept: Sequence[Snapshot],
+    kept_statistics: Iterable[str],
+    manifests: _Manifests | None = None,
+) -> _Doomed:
+    """The files an expiry of ``expired`` (snapshots of ``before``) frees when ``kept`` are
+    the snapshots left: what only expired snapshots reach (manifest lists, manifests, the
+    live data and delete files in those, statistics files) and no kept one does."""
+    manifests = manifests or _Manifests(before)
+    doomed = _Doomed()
+    if expired:
+        _reachable_diff(manifests, expired, kept, doomed)
+    doomed.manifest_lists.update(_sizes(before, [s.manifest_list for s in expired]))
+    ids = {s.snapshot_id for s in expired}
+    still_used = {normalize_location(path) for path in kept_statistics}
+    doomed.statistics_files.update(
+        (s.statistics_path, s.file_size_in_bytes)
+        for s in _statistics(before)
+        if s.snapshot_id in ids and normalize_location(s.statistics_path) not in still_used
+    )
+    return doomed
 
 
 def unused_metadata(
@@ -373,50 +339,33 @@ def unused_metadata(
     return tuple(sorted(unused)), schemas
 
 
-def plan_expiry(
-    table: Table, settings: ExpireSnapshotsSettings, now: datetime, *, driver_side: bool
-) -> ExpiryPlan:
-    """What an expiry at ``now`` would remove and delete, from metadata alone.
-
-    Reads every manifest list and the manifests Iceberg's cleanup would read: the cost of
-    the expiry's own planning, without its commit. ``driver_side`` says which way the
-    expiry runs (see :func:`cleanup_strategy`): the two ways can differ on the files a
-    kept snapshot deleted (the incremental way leaves them until that snapshot expires).
-    """
+def plan_expiry(table: Table, settings: ExpireSnapshotsSettings, now: datetime) -> ExpiryPlan:
+    """What an expiry at ``now`` would remove and delete, from metadata alone: the same
+    reachability diff the expiry runs after its commit (:func:`unreachable_files`), against
+    the snapshots it would keep. Reads every manifest list and the manifests that diff
+    reads, without the commit."""
     expiring = expiring_snapshots(table, settings, now)
     manifests = _Manifests(table)
-    strategy = cleanup_strategy(table, expiring, driver_side=driver_side)
-    doomed = _Doomed()
-    expired = [s for s in table.metadata.snapshots if s.snapshot_id in expiring]
-    if expiring:
-        if strategy == "incremental":
-            expired = _incremental_files(table, manifests, expiring, doomed)
-        else:
-            _reachable_files(table, manifests, expiring, doomed)
-    doomed.manifest_lists.update(_sizes(table, [s.manifest_list for s in expired]))
     metadata = table.metadata
-    stats = [*metadata.statistics, *metadata.partition_statistics]
-    kept_stats = {s.statistics_path for s in stats if s.snapshot_id not in expiring}
-    doomed.statistics_files.update(
-        (s.statistics_path, s.file_size_in_bytes)
-        for s in stats
-        if s.snapshot_id in expiring and s.statistics_path not in kept_stats
-    )
+    expired = [s for s in metadata.snapshots if s.snapshot_id in expiring]
+    kept = [s for s in metadata.snapshots if s.snapshot_id not in expiring]
+    kept_statistics = {
+        s.statistics_path for s in _statistics(table) if s.snapshot_id not in expiring
+    }
+    doomed = unreachable_files(table, expired, kept, kept_statistics, manifests)
     specs: tuple[int, ...] = ()
     schemas: tuple[int, ...] = ()
     if settings.clean_expired_metadata:
-        kept = {s.snapshot_id for s in metadata.snapshots} - expiring
-        specs, schemas = unused_metadata(table, kept, manifests)
+        specs, schemas = unused_metadata(table, {s.snapshot_id for s in kept}, manifests)
     return ExpiryPlan(
-        expiring,
-        strategy,
         doomed.data_files,
         doomed.delete_files,
         doomed.manifests,
         doomed.manifest_lists,
         doomed.statistics_files,
-        specs,
-        schemas,
+        snapshot_ids=expiring,
+        unused_specs=specs,
+        unused_schemas=schemas,
     )
 
 
@@ -432,7 +381,8 @@ def _metadata_ids(table: Table) -> tuple[set[int], set[int]]:
 
 
 class ExpireSnapshots(Operation):
-    """Old snapshots expired; Iceberg deletes the files no remaining snapshot needs."""
+    """Old snapshots expired, and the files only they reached deleted (unless
+    ``delete_files`` is off)."""
 
     name = "expire_snapshots"
     description = "Expire old snapshots with Iceberg's expire_snapshots (Spark)."
@@ -466,11 +416,13 @@ class ExpireSnapshots(Operation):
     def run(self, ctx: OpContext) -> Outcome:
         rule = ctx.settings.expire_snapshots
         if ctx.dry_run:
-            plan = plan_expiry(ctx.table, rule, ctx.now, driver_side=ctx.driver_side)
+            plan = plan_expiry(ctx.table, rule, ctx.now)
+            verb = "deleting" if rule.delete_files else "leaving to remove_orphan_files"
             return Outcome.skip(
                 f"dry run: {len(plan.snapshot_ids)} of {ctx.before.snapshots} snapshots "
-                f"would expire, deleting {plan.summary()}",
+                f"would expire, {verb} {plan.summary()}",
                 **plan.output(),
+                files_deleted=rule.delete_files,
             )
         # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
         settled = settle_committed(ctx.table, ctx.config.wal_root, ctx.ref)
@@ -479,7 +431,7 @@ class ExpireSnapshots(Operation):
             return Outcome.skip(reason, wal_files_settled=settled)
         older_than = ctx.now - rule.retention_threshold
         specs_before, schemas_before = _metadata_ids(ctx.table)
-        if ctx.driver_side:
+        if ctx.driver_side or not rule.delete_files:  # metadata only: the driver's commit
             out = self._on_driver(ctx, older_than)
         else:
             args = {
@@ -495,12 +447,34 @@ class ExpireSnapshots(Operation):
         out["schemas_dropped"] = sorted(schemas_before - schemas_after)
         details = (
             f"expired snapshots older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
-            f"(keeping the last {rule.retain_last}); deleted {out['deleted_data_files_count']} "
-            f"data files, {out['deleted_manifest_files_count']} manifests, "
-            f"{out['deleted_manifest_lists_count']} manifest lists"
+            f"(keeping the last {rule.retain_last}); "
         )
-        if "bytes_freed" in out:
-            details += f" ({format_bytes(out['bytes_freed'])} freed)"
+        if out.get("cleanup_error"):
+            details += (
+                "deleted no file: the metadata that tells which files only the expired "
+                f"snapshots reach could not be read ({out['cleanup_error']}); "
+                "remove_orphan_files frees them"
+            )
+        elif rule.delete_files:
+            details += (
+                f"deleted {out['deleted_data_files_count']} data files, "
+                f"{out['deleted_manifest_files_count']} manifests, "
+                f"{out['deleted_manifest_lists_count']} manifest lists"
+            )
+            if "bytes_freed" in out:
+                details += f" ({format_bytes(out['bytes_freed'])} freed)"
+            if out.get("lease_lost"):
+                details += (
+                    f"; stopped deleting, the table's lease is lost ({out['lease_lost']}): "
+                    f"{out['delete_failure_count']} files are left for remove_orphan_files"
+                )
+            elif out.get("delete_failure_count"):
+                details += (
+                    f"; {out['delete_failure_count']} files could not be deleted "
+                    "(left for remove_orphan_files)"
+                )
+        else:
+            details += "deleted no file (delete_files: false): remove_orphan_files frees them"
         if out["partition_specs_dropped"] or out["schemas_dropped"]:
             details += (
                 f"; dropped unused partition specs {out['partition_specs_dropped']} "
@@ -508,36 +482,159 @@ class ExpireSnapshots(Operation):
             )
         if settled:
             details += f"; first deleted {settled} WAL files already committed"
-        return Outcome("completed", details, {**out, "wal_files_settled": settled})
+        # Committed either way: a lost lease or unreadable metadata left the deletes undone.
+        output = {**out, "wal_files_settled": settled}
+        if out.get("lease_lost") or out.get("cleanup_error"):
+            return Outcome("failed", details, output)
+        return Outcome("completed", details, output)
 
     @staticmethod
     def _on_driver(ctx: OpContext, older_than: datetime) -> dict[str, Any]:
-        """Iceberg's ``ExpireSnapshots`` on the driver (it deletes the unreachable files
-        itself). What it deletes is planned from the metadata it commits against, by the
-        same rules (:func:`plan_expiry`); a delete that fails is left for orphan removal."""
+        """Iceberg's ``ExpireSnapshots`` on the driver, committed with
+        ``cleanExpiredFiles(false)``; then, unless ``delete_files`` is off, the files the
+        expired snapshots reach and the committed table does not are deleted here through
+        the table's own FileIO (:func:`unreachable_files`, :func:`_delete`). A delete that
+        fails is left for orphan removal."""
         rule = ctx.settings.expire_snapshots
         cutoff_ms = int(older_than.timestamp() * 1000)
 
-        def expire() -> ExpiryPlan:
-            plan = plan_expiry(ctx.table.refresh(), rule, ctx.now, driver_side=True)
-            expiry = ctx.java_table().expireSnapshots()
-            expiry = expiry.expireOlderThan(cutoff_ms).retainLast(rule.retain_last)
-            expiry.cleanExpiredMetadata(rule.clean_expired_metadata).commit()
-            return plan
+        def expire() -> tuple[Table, Any]:
+            # Loaded before the commit: every snapshot the commit can remove is in it (one
+            # committed in between is younger than the cut-off, so kept).
+            before = _fresh(ctx.table)
+            java = ctx.java_table()
+            expiry = java.expireSnapshots().expireOlderThan(cutoff_ms)
+            expiry = expiry.retainLast(rule.retain_last)
+            expiry = expiry.cleanExpiredMetadata(rule.clean_expired_metadata)
+            expiry.cleanExpiredFiles(False).commit()
+            return before, java
 
         called = committing(expire)
-        plan = called.rows
-        return {
-            "deleted_data_files_count": len(plan.data_files),
-            "deleted_delete_files_count": len(plan.delete_files),
-            "deleted_manifest_files_count": len(plan.manifests),
-            "deleted_manifest_lists_count": len(plan.manifest_lists),
-            "deleted_statistics_files_count": len(plan.statistics_files),
-            "snapshots_expired": len(plan.snapshot_ids),
-            "files_freed": plan.files,
-            "bytes_freed": plan.bytes,
-            "cleanup": plan.cleanup,
+        before, java = called.rows
+        # Loaded after the commit: what the table references now, whatever else committed
+        # since, is kept; the expired snapshots are the ones it no longer has.
+        after = _fresh(ctx.table)
+        kept_ids = {s.snapshot_id for s in after.metadata.snapshots}
+        expired = [s for s in before.metadata.snapshots if s.snapshot_id not in kept_ids]
+        out: dict[str, Any] = {
+            "snapshots_expired": len(expired),
             "commit_retries": called.retries,
             "procedure_s": round(called.seconds, 3),
             "execution": "driver",
+            "files_deleted": rule.delete_files,
         }
+        if not rule.delete_files:
+            return {
+                **out,
+                **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
+                "files_freed": 0,
+                "bytes_freed": 0,
+            }
+        started = time.perf_counter()
+        try:
+            doomed = unreachable_files(
+                before,
+                expired,
+                after.metadata.snapshots,
+                {s.statistics_path for s in _statistics(after)},
+            )
+        except Exception as exc:  # unreadable metadata: nothing is proved unreachable
+            return {
+                **out,
+                **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
+                "files_freed": 0,
+                "bytes_freed": 0,
+                "cleanup_error": _describe(ctx, exc),
+            }
+        deletion = _delete(ctx, java.io(), doomed)
+        failed = deletion.failed
+        for attribute, kind in _KINDS.items():
+            files = getattr(doomed, attribute)
+            out[f"deleted_{kind}_count"] = sum(1 for path in files if path not in failed)
+        out["files_freed"] = doomed.files - len(failed)
+        out["bytes_freed"] = doomed.bytes - sum(doomed.size(path) for path in failed)
+        out["delete_s"] = round(time.perf_counter() - started, 3)
+        if failed:
+            out["delete_failures"] = dict(list(failed.items())[:20])  # a sample: why
+            out["delete_failure_count"] = len(failed)
+        if deletion.lease_lost is not None:
+            out["lease_lost"] = deletion.lease_lost
+        return out
+
+
+#: ``_Doomed`` attribute -> the kind in output keys (``deleted_<kind>_count``), as the
+#: procedure names its own figures.
+_KINDS = {
+    "data_files": "data_files",
+    "delete_files": "delete_files",
+    "manifests": "manifest_files",
+    "manifest_lists": "manifest_lists",
+    "statistics_files": "statistics_files",
+}
+#: Files deleted by one call of the FileIO's bulk delete, between two checks of the lease.
+_DELETE_BATCH = 500
+#: Joins a batch of paths into one string for the JVM (a path holding it goes one by one).
+_SEPARATOR = "\n"
+
+
+def _describe(ctx: OpContext, exc: BaseException) -> str:
+    """One line for an error, secrets masked: these lines go to the op's output."""
+    return describe_error(exc, lambda text: scrub(text, ctx.config))
+
+
+def _fresh(table: Table) -> Table:
+    """The table as the catalog has it now, as a new object (``refresh`` updates in place)."""
+    return table.catalog.load_table(table.name())
+
+
+@dataclass
+class _Deletion:
+    """What :func:`_delete` could not do: path -> why for each file left in place, and the
+    lease error that stopped it, if one did."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    lease_lost: str | None = None
+
+
+def _delete(ctx: OpContext, io: Any, doomed: _Doomed) -> _Deletion:
+    """Delete the doomed files through the table's Java FileIO (the one Iceberg's own
+    cleanup uses: Hadoop's checksum files go too, object stores get bulk deletes),
+    contents first, then the manifests, manifest lists and statistics files that listed
+    them, ``_DELETE_BATCH`` at a time. The lease is checked before every batch: once it is
+    lost, the rest stays for orphan removal. A file already gone counts as deleted."""
+    from py4j.java_gateway import is_instance_of
+
+    spark = ctx.spark()
+    jvm: Any = spark._jvm
+    bulk = is_instance_of(
+        spark.sparkContext._gateway, io, "org.apache.iceberg.io.SupportsBulkOperations"
+    )
+    paths = [path for attribute in _KINDS for path in getattr(doomed, attribute)]
+    deletion = _Deletion()
+    for start in range(0, len(paths), _DELETE_BATCH):
+        batch = paths[start : start + _DELETE_BATCH]
+        try:
+            check_lease()
+        except Exception as exc:
+            deletion.lease_lost = _describe(ctx, exc)
+            why = f"not deleted: {deletion.lease_lost}"
+            deletion.failed.update((path, why) for path in paths[start:])
+            break
+        if bulk and not any(_SEPARATOR in path for path in batch):
+            listed = jvm.java.util.regex.Pattern.compile(
+                _SEPARATOR, jvm.java.util.regex.Pattern.LITERAL
+            ).splitAsStream(_SEPARATOR.join(batch))
+            try:
+                io.deleteFiles(listed.collect(jvm.java.util.stream.Collectors.toList()))
+            except Exception as exc:  # some failed (Iceberg counts them): which still exist
+                why = _describe(ctx, exc)
+                deletion.failed.update(
+                    (path, why) for path in batch if io.newInputFile(path).exists()
+                )
+            continue
+        for path in batch:
+            try:
+                io.deleteFile(path)
+            except Exception as exc:
+                deletion.failed[path] = _describe(ctx, exc)
+    return deletion
