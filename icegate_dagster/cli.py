@@ -187,7 +187,10 @@ def _recorded(
         return None
     from icegate_dagster.cli_history import record_or_warn
 
-    recorded, line = record_or_warn(instance, maintainer, results)
+    try:
+        recorded, line = record_or_warn(instance, maintainer, results)
+    finally:
+        instance.dispose()
     if not recorded:
         print(f"icegate-maintain: warning: {line}", file=sys.stderr)
     return line
@@ -195,14 +198,22 @@ def _recorded(
 
 def _instance(args: argparse.Namespace) -> DagsterInstance | None:
     """The Dagster instance a maintaining command records in, if one is configured (only
-    Dagster's import cost when one is)."""
+    Dagster's import cost when one is). One named by ``--dagster-home`` that cannot be
+    opened is bad usage (exit 2, before anything runs); one that ``$DAGSTER_HOME`` merely
+    points at gets a warning, and the pass runs as without one."""
     if getattr(args, "dry_run", False) or "dagster_home" not in args:
         return None
     if not args.dagster_home and not os.environ.get("DAGSTER_HOME"):
         return None
     from icegate_dagster.cli_history import open_instance
 
-    return open_instance(args.dagster_home)
+    try:
+        return open_instance(args.dagster_home)
+    except IcegateError as exc:
+        if args.dagster_home:
+            raise
+        print(f"icegate-maintain: warning: {exc}; the pass is not recorded", file=sys.stderr)
+        return None
 
 
 def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:

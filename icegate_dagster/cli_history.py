@@ -124,7 +124,8 @@ def record_pass(
                         metadata={"recorded_by": recorded_by, **record.metadata},
                     )
                 )
-                target = check_target(latest_materialization(context.instance, key))
+                run_id = context.run.run_id
+                target = check_target(latest_materialization(context.instance, key, run_id))
                 for outcome in record.outcomes:
                     # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
                     context.log_event(check_event(outcome, key, target))  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ import dagster as dg
 
 from icegate_dagster.assets.health_events import (
     LAKEHOUSE_HEARTBEAT_S,
-    RECORD_SECONDS,
+    TICK_SECONDS,
     HealthCursor,
     lakehouse_digest,
     table_health_events,
@@ -328,6 +328,7 @@ def table_health_sensor(
     (after its back-off). The cursor (:class:`HealthCursor`) holds the table the next
     evaluation starts at when one ran out of time, and what the UI shows of each table.
     """
+    started, assessed_at = time.monotonic(), time.time()
     tables = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
     if not tables:
         return dg.SkipReason(
@@ -396,9 +397,9 @@ def table_health_sensor(
         evaluation.healths,
         evaluation.errors,
         evaluation.min_scores,
-        busy=[r.table for r in selection.requested]
-        + [s.table for s in selection.skipped_as("in_flight")],
-        deadline=time.monotonic() + RECORD_SECONDS,
+        busy=[r.table for r in selection.requested] + list(evaluation.in_flight),
+        assessed_at=assessed_at,
+        deadline=started + TICK_SECONDS,
     )
     cursor.resume_at = evaluation.resume_at
     digest, now = lakehouse_digest(report.numbers()), time.time()

@@ -70,6 +70,8 @@ class HealthEvaluation:
     attempts: dict[str, int]
     #: Per assessed table: the score its ``healthy`` check fails below.
     min_scores: dict[str, float]
+    #: Tables an unfinished run names, with that run.
+    in_flight: dict[str, str]
     selection: Selection
     #: Where the next evaluation starts, when this one ran out of time (else ``None``).
     resume_at: str | None
@@ -138,7 +140,9 @@ def evaluate_health_trigger(
 
     runnable = OPERATIONS.names()
     due = [key for key, h in healths.items() if set(h.due_operations) & set(runnable)]
-    in_flight = unfinished_run_targets(instance, tables) if due else {}
+    # Every table a queued or running run names (one question): the trigger does not
+    # request them, and the sensor records nothing for them (their run will).
+    in_flight = unfinished_run_targets(instance, tables)
     sensor_runs = runs_by_table(instance, HEALTH_SENSOR, due, per_table=HISTORY) if due else {}
     last_maintained: dict[str, datetime] = {}
     failures: dict[str, tuple[int, datetime]] = {}
@@ -194,6 +198,7 @@ def evaluate_health_trigger(
         states=states,
         attempts=attempts,
         min_scores=min_scores,
+        in_flight=in_flight,
         selection=selection,
         resume_at=next_start,
     )

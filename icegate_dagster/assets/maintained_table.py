@@ -275,7 +275,7 @@ def log_materialization(context: dg.OpExecutionContext) -> RecordPartition:
 def log_checks(context: dg.OpExecutionContext, key: str, outcomes: Sequence[CheckOutcome]) -> None:
     """One evaluation of each check on ``key``, judging its latest materialization (logged
     just before), so the check's Partitions tab shows the table Passed or Failed."""
-    target = check_target(latest_materialization(context.instance, key))
+    target = check_target(latest_materialization(context.instance, key, context.run.run_id))
     for outcome in outcomes:
         # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
         context.log_event(check_event(outcome, key, target))  # type: ignore[arg-type]

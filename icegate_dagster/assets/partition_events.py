@@ -33,11 +33,12 @@ if TYPE_CHECKING:
     from icegate_dagster.maintenance import Maintainer
 
 MAINTAINED_TABLE = dg.AssetKey("maintained_table")
-#: On a materialization recorded outside a Dagster run: who recorded it.
+#: Who recorded an event outside a maintenance run: on the health sensor's assessments
+#: (``assessment``) and observations, and on the run of a CLI pass (``cli``).
 SOURCE_TAG = "icegate/source"
 CLI_SOURCE = "cli"
 ASSESSMENT_SOURCE = "assessment"
-#: On a CLI pass's materializations: the CLI's run id (``cli-<time>-<id>``), as in the log.
+#: On the run of a CLI pass: the CLI's run id (``cli-<time>-<id>``), as in the log table.
 CLI_RUN_TAG = "icegate/cli_run_id"
 
 
@@ -211,12 +212,16 @@ def check_target(record: dg.EventLogRecord | None) -> Any:
 
 
 def latest_materialization(
-    instance: dg.DagsterInstance, partition: str
+    instance: dg.DagsterInstance, partition: str, run_id: str | None = None
 ) -> dg.EventLogRecord | None:
-    """The partition's latest materialization, by anyone."""
+    """The partition's latest materialization, by anyone; with ``run_id``, that run's own
+    latest one among the last few (another writer may have recorded the partition since)."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[partition]), limit=1
+        dg.AssetRecordsFilter(asset_key=MAINTAINED_TABLE, asset_partitions=[partition]),
+        limit=1 if run_id is None else 5,
     ).records
+    if run_id is not None:
+        return next((r for r in records if r.run_id == run_id), records[0] if records else None)
     return records[0] if records else None
 
 

@@ -200,12 +200,20 @@ def test_a_cli_pass_is_recorded_in_the_configured_instance_as_a_run_records_it(
         records = instance.fetch_materializations(MAINTAINED_TABLE, limit=10).records
         assert [r.partition_key for r in records] == [BUSY, BUSY]
         assert len({r.run_id for r in records}) == 2
-    # A DAGSTER_HOME that is not a folder is refused before anything runs.
+    # A --dagster-home that is not a folder is refused before anything runs; a
+    # $DAGSTER_HOME that is not one gets a warning, and the pass runs unrecorded.
     missing = tmp_path / "no-such-home"
-    monkeypatch.setenv("DAGSTER_HOME", str(missing))
-    assert run_cli(["run", "--config", str(lh.config_path), "--table", IDLE]) == 2
-    assert f"$DAGSTER_HOME = '{missing}': not a folder" in capsys.readouterr().err
+    args = ["run", "--config", str(lh.config_path), "--table", IDLE]
+    capsys.readouterr()
+    assert run_cli([*args, "--dagster-home", str(missing)]) == 2
+    assert f"--dagster-home = '{missing}': not a folder" in capsys.readouterr().err
     assert {r["table_name"] for r in lh.log_rows()} == {BUSY}
+    monkeypatch.setenv("DAGSTER_HOME", str(missing))
+    assert run_cli(args) == 0
+    warned = capsys.readouterr().err
+    assert f"$DAGSTER_HOME = '{missing}': not a folder" in warned
+    assert "the pass is not recorded" in warned
+    assert {r["table_name"] for r in lh.log_rows()} == {BUSY, IDLE}
 
 
 def _statuses(port: int) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:

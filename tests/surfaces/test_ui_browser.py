@@ -20,7 +20,7 @@ from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import discovery_tick, health_tick, run_maintenance
-from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.lakehouse import Lakehouse, batch, make_lakehouse
 from tests.webserver import REPO, make_dagster_home, running_webserver
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -171,6 +171,7 @@ def test_maintenance_log_page_shows_the_runs_log_rows(page: Page, lakehouse: Lak
 # -- every table's state, whoever maintained it --------------------------------------------
 
 CLI_TABLES = ["lakehouse.orders", "lakehouse.metrics"]
+CHANGED = CLI_TABLES[1]  # maintained by the CLI, unhealthy since
 UNHEALTHY = "lakehouse.events"  # 13 small files in one partition, never maintained
 REQUESTED = "lakehouse.spans"  # as unhealthy, more bytes: the one the trigger requests
 ASSESSED = "lakehouse.idle"  # one small commit, never maintained: healthy
@@ -207,7 +208,13 @@ def history_port(history_lakehouse: Lakehouse) -> Iterator[int]:
     resource = LakehouseResource(config_path=str(lh.config_path))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         discovery_tick(instance, resource)
-        health_tick(instance, resource, None)
+        _, cursor = health_tick(instance, resource, None)
+        # CHANGED, maintained by the CLI, gets a stricter threshold of its own and a second
+        # file in each partition: unhealthy now, which the next tick records.
+        with lh.table(CHANGED).transaction() as change:
+            change.set_properties({"icegate.health.min_score": "100"})
+        lh.table(CHANGED).append(batch(90_000, ("api", "web")))
+        health_tick(instance, resource, cursor)
     with running_webserver(home, lh.config_path, root / "webserver.log") as (port, _):
         yield port
 
@@ -240,9 +247,25 @@ def test_a_cli_pass_shows_its_tables_materialized_with_the_cli_metadata(
         assert _metadata_value(page, "recorded_by").startswith("icegate-maintain, run cli-")
         assert _metadata_value(page, "files_before") == "12"
         assert _metadata_value(page, "files_after") == "2"
-        assert _metadata_value(page, "healthy") == "true"
         expect(page.get_by_text("icegate_cli_pass", exact=True).first).to_be_visible()  # Job
         page.screenshot(path=_artifacts() / f"cli_partition_{key}.png", full_page=True)
+    _visible(page, CLI_TABLES[0]).click()
+    expect(page.get_by_text("recorded_by", exact=True)).to_be_visible()
+    assert _metadata_value(page, "healthy") == "true"  # as the CLI's pass left it
+
+
+def test_a_change_of_health_shows_above_the_last_pass(history_page: Page) -> None:
+    """CHANGED turned unhealthy after the CLI's pass: its page shows the sensor's newer
+    observation first, the pass's figures below it."""
+    page = history_page
+    _open(page, "/assets/maintained_table?view=partitions")
+    _visible(page, CHANGED).click()
+    expect(page.get_by_text("observed_by", exact=True)).to_be_visible()
+    assert _metadata_value(page, "healthy") == "false"
+    assert _metadata_value(page, "observed_by").startswith("table_health_sensor")
+    expect(page.get_by_text(re.compile(r"fails below 100")).first).to_be_visible()
+    assert _metadata_value(page, "files_before") == "12"  # the pass's materialization
+    page.screenshot(path=_artifacts() / f"health_changed_{CHANGED}.png", full_page=True)
 
 
 def test_each_tables_page_says_how_healthy_it_is_and_why(history_page: Page) -> None:

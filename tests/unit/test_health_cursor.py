@@ -3,10 +3,12 @@
 import dagster as dg
 
 from icegate_dagster.assets.health_events import (
+    UNASSESSED,
     HealthCursor,
     error_state,
     recorded_state,
     state_of,
+    table_key,
 )
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 
@@ -15,12 +17,14 @@ def test_the_cursor_round_trips_and_an_older_cursor_is_where_to_resume() -> None
     cursor = HealthCursor(
         resume_at="lakehouse.b",
         after=42,
-        shown={"lakehouse.a": state_of(True, [])},
-        unmaterialized={"lakehouse.c"},
+        shown={table_key("lakehouse.a"): state_of(True, []), table_key("lakehouse.c"): "000000"},
+        unmaterialized={table_key("lakehouse.c")},
         lakehouse="abcd1234",
         lakehouse_at=1.5,
     )
     assert HealthCursor.parse(cursor.serialize()) == cursor
+    # Packed: 16 characters a shown table, whatever the length of its name.
+    assert len(cursor.serialize()) < 200
     # Before issue 22 the cursor was only the table to resume at.
     assert HealthCursor.parse("lakehouse.b") == HealthCursor(resume_at="lakehouse.b")
     assert HealthCursor.parse(None) == HealthCursor()
@@ -37,12 +41,16 @@ def test_a_state_is_the_verdict_and_the_due_operations_as_any_event_shows_them()
     materialization = dg.AssetMaterialization(
         asset_key=MAINTAINED_TABLE,
         partition="lakehouse.a",
-        metadata={"healthy": False, "due_operations": "optimize, expire_snapshots"},
+        metadata={
+            "healthy": False,
+            "health_score": 40.0,
+            "due_operations": "optimize, expire_snapshots",
+        },
     )
     observation = dg.AssetObservation(
         asset_key=MAINTAINED_TABLE,
         partition="lakehouse.a",
-        metadata={"healthy": True, "due_operations": "none"},
+        metadata={"healthy": True, "health_score": 99.0, "due_operations": "none"},
     )
     assert recorded_state(materialization) == unhealthy
     assert recorded_state(observation) == state_of(True, [])
@@ -56,3 +64,9 @@ def test_a_state_is_the_verdict_and_the_due_operations_as_any_event_shows_them()
     assert recorded_state(error) == error_state("gone")
     bare = dg.AssetMaterialization(asset_key=MAINTAINED_TABLE, partition="lakehouse.a")
     assert recorded_state(bare) is None and recorded_state(None) is None
+    # A pass whose table could not be assessed (healthy false, no score) is not "unhealthy
+    # with nothing due".
+    unassessed = dg.AssetMaterialization(
+        asset_key=MAINTAINED_TABLE, partition="lakehouse.a", metadata={"healthy": False}
+    )
+    assert recorded_state(unassessed) == UNASSESSED != state_of(False, [])

@@ -10,7 +10,7 @@ import pytest
 
 from icegate_dagster.config import TriggerSettings
 from icegate_dagster.maintenance.health.checks import health_score_check
-from icegate_dagster.maintenance.health.score import DueOperation, HealthMetrics, TableHealth
+from icegate_dagster.maintenance.health.score import TableHealth
 from icegate_dagster.maintenance.health.selection import (
     Selection,
     backoff_wait,
@@ -18,51 +18,10 @@ from icegate_dagster.maintenance.health.selection import (
     select_runs,
     summarize,
 )
+from tests.unit.health_builders import MB, health
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-MB = 1024**2
 TRIGGER = TriggerSettings()
-
-
-def metrics(table: str, **figures: int) -> HealthMetrics:
-    values = {
-        "data_files": 10,
-        "data_bytes": 10 * MB,
-        "rows": 1000,
-        "partitions": 1,
-        "small_files": 0,
-        "small_bytes": 0,
-        "worst_partition_small_files": 0,
-        "position_delete_files": 0,
-        "equality_delete_files": 0,
-        "deletion_vectors": 0,
-        "deleted_rows": 0,
-        "manifests": 1,
-        "small_manifests": 0,
-        "snapshots": 3,
-        "expirable_snapshots": 0,
-        "wal_files": 0,
-        "wal_bytes": 0,
-    } | figures
-    return HealthMetrics(table=table, oldest_snapshot_at=None, **values)  # type: ignore[arg-type]
-
-
-def health(
-    table: str,
-    score: float = 100.0,
-    due: tuple[str, ...] = (),
-    work_bytes: int = 0,
-    **figures: int,
-) -> TableHealth:
-    return TableHealth(
-        table=table,
-        score=score,
-        penalties={"small_files": 100.0 - score},
-        due=tuple(DueOperation(op, f"{op} threshold crossed") for op in due),
-        metrics=metrics(table, **figures),
-        work_bytes=work_bytes,
-        thresholds={"min_score": 50.0},
-    )
 
 
 def select(candidates: list[TableHealth], **kwargs: Any) -> Selection:
