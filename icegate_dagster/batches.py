@@ -62,14 +62,22 @@ class BatchConfig(dg.Config):
     description="Resolve the batch's tables and read their state from Iceberg metadata.",
 )
 def plan_batch(
-    context: dg.OpExecutionContext, config: BatchConfig, lakehouse: LakehouseResource
+    context: dg.OpExecutionContext,
+    config: BatchConfig,
+    lakehouse: LakehouseResource,
+    spark: SparkResource,
 ) -> MaintenanceBatch:
     """Every listed table becomes a table of the run with its own operations; a bad one
-    fails alone. A table listed twice is maintained once, doing what both entries ask."""
+    fails alone. A table listed twice is maintained once, doing what both entries ask.
+
+    The tables are listed because their operations are due, so the JVM starts now, beside
+    the planning from metadata, rather than after it."""
     wanted: dict[str, set[str]] = {}
     for index, entry in enumerate(config.tables):
         where = f"{BATCH_PLAN}.config.tables[{index}].operations"
         wanted.setdefault(entry.table, set()).update(chosen_operations(entry.operations, where))
+    if any(wanted.values()):
+        spark.start_in_background(lakehouse.config())
     maintainer = lakehouse.maintainer(context.run.run_id)
     plan = [(key, chosen_operations(sorted(ops), BATCH_PLAN)) for key, ops in wanted.items()]
     batch = plan_tables(context, maintainer, plan)

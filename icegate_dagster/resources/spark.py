@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -23,6 +25,9 @@ from icegate_dagster.spark_session import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Held while a session starts or is fetched: the process has one session.
+_STARTING = threading.Lock()
+
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The run's Spark session, created on first use and shared by every step of the run.
@@ -39,12 +44,25 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         conf = {**build_spark_conf(config), **self.spark_conf}
         # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
         split = split_secret_conf(conf, config_secrets(config))
-        if self._lazy is None or self._lazy.spark_config != split.public:
-            self._lazy = LazyPySparkResource(spark_config=split.public)
-        with private_launch_settings(split.launch):
-            session: SparkSession = self._lazy.spark_session
-        apply_runtime_conf(session, split.runtime)
-        quiet_logs(session)
-        session.conf.set(NO_SUBSTITUTION, "false")  # see spark_session.NO_SUBSTITUTION
-        session.conf.set(NANOS_AS_LONG, "true")  # see spark_session.NANOS_AS_LONG
+        with _STARTING:  # one start at a time: a background start and a step's call
+            if self._lazy is None or self._lazy.spark_config != split.public:
+                self._lazy = LazyPySparkResource(spark_config=split.public)
+            with private_launch_settings(split.launch):
+                session: SparkSession = self._lazy.spark_session
+            apply_runtime_conf(session, split.runtime)
+            quiet_logs(session)
+            session.conf.set(NO_SUBSTITUTION, "false")  # see spark_session.NO_SUBSTITUTION
+            session.conf.set(NANOS_AS_LONG, "true")  # see spark_session.NANOS_AS_LONG
         return session
+
+    def start_in_background(self, config: IcegateConfig) -> None:
+        """Start the JVM in a thread while the run plans from metadata, for a run that
+        knows it has Spark work (a sensor's batch run: every table it lists is due); the
+        first step that needs the session waits for it. A start that fails is left for
+        that step to report."""
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                self.session(config)
+
+        threading.Thread(target=start, name="icegate-spark-start", daemon=True).start()
