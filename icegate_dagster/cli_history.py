@@ -122,6 +122,7 @@ def record_pass(
                         partition=key,
                         description=f"maintained by {recorded_by}",
                         metadata={"recorded_by": recorded_by, **record.metadata},
+                        tags={SOURCE_TAG: CLI_SOURCE, CLI_RUN_TAG: maintainer.run_id},
                     )
                 )
                 run_id = context.run.run_id

@@ -34,11 +34,12 @@ if TYPE_CHECKING:
 
 MAINTAINED_TABLE = dg.AssetKey("maintained_table")
 #: Who recorded an event outside a maintenance run: on the health sensor's assessments
-#: (``assessment``) and observations, and on the run of a CLI pass (``cli``).
+#: (``assessment``) and observations, and on a CLI pass's run and materializations (``cli``).
 SOURCE_TAG = "icegate/source"
 CLI_SOURCE = "cli"
 ASSESSMENT_SOURCE = "assessment"
-#: On the run of a CLI pass: the CLI's run id (``cli-<time>-<id>``), as in the log table.
+#: On a CLI pass's run and materializations: the CLI's run id (``cli-<time>-<id>``), as in
+#: the log table.
 CLI_RUN_TAG = "icegate/cli_run_id"
 
 

@@ -184,6 +184,7 @@ def test_a_cli_pass_is_recorded_in_the_configured_instance_as_a_run_records_it(
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert run.tags[SOURCE_TAG] == CLI_SOURCE
         cli_run_id = run.tags[CLI_RUN_TAG]
+        assert materialization.tags == {SOURCE_TAG: CLI_SOURCE, CLI_RUN_TAG: cli_run_id}
         metadata = _values(materialization)
         assert metadata["files_before"] == files_before
         assert metadata["files_after"] == len(lh.table(BUSY).inspect.files()) < files_before
