@@ -22,9 +22,7 @@ from icegate_dagster.assets.partition_events import (
     MAINTAINED_TABLE,
     SOURCE_TAG,
     TableRecord,
-    check_event,
-    check_target,
-    latest_materialization,
+    log_checks,
     table_record,
 )
 from icegate_dagster.catalog import scrub
@@ -125,11 +123,7 @@ def record_pass(
                         tags={SOURCE_TAG: CLI_SOURCE, CLI_RUN_TAG: maintainer.run_id},
                     )
                 )
-                run_id = context.run.run_id
-                target = check_target(latest_materialization(context.instance, key, run_id))
-                for outcome in record.outcomes:
-                    # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
-                    context.log_event(check_event(outcome, key, target))  # type: ignore[arg-type]
+                log_checks(context, key, record.outcomes)
         finally:
             done.set()
 

@@ -23,9 +23,7 @@ from icegate_dagster.assets.partition_events import (
     ASSESSMENT_SOURCE,
     MAINTAINED_TABLE,
     TableRecord,
-    check_event,
-    check_target,
-    latest_materialization,
+    log_checks,
     source_of,
     table_record,
 )
@@ -38,7 +36,7 @@ from icegate_dagster.maintenance import (
     TableResult,
     TableStats,
 )
-from icegate_dagster.maintenance.health.checks import CHECK_NAMES, CheckOutcome
+from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.partitions import iceberg_tables
@@ -270,15 +268,6 @@ def log_materialization(context: dg.OpExecutionContext) -> RecordPartition:
         )
 
     return materialize
-
-
-def log_checks(context: dg.OpExecutionContext, key: str, outcomes: Sequence[CheckOutcome]) -> None:
-    """One evaluation of each check on ``key``, judging its latest materialization (logged
-    just before), so the check's Partitions tab shows the table Passed or Failed."""
-    target = check_target(latest_materialization(context.instance, key, context.run.run_id))
-    for outcome in outcomes:
-        # Dagster 1.13 takes check evaluations here; its annotation leaves them out.
-        context.log_event(check_event(outcome, key, target))  # type: ignore[arg-type]
 
 
 def _recorded_line(table: TableRun, record: TableRecord) -> str:
