@@ -133,9 +133,10 @@ def pyarrow_rewrite(paths_file: str, out: str, level: str) -> None:
 def sensor(config_path: str, keys_file: str) -> None:
     import dagster as dg
 
+    from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
+    from icegate_dagster.automation.wal_sensor import wal_size_sensor
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
-    from icegate_dagster.sensors import iceberg_table_discovery, wal_size_sensor
 
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     resource_ = LakehouseResource(config_path=config_path)
@@ -166,12 +167,12 @@ def health_sensor(config_path: str, keys_file: str) -> None:
     change. Each tick: evaluation time, events recorded, time to store them."""
     import dagster as dg
 
+    from icegate_dagster.automation.health_sensor import table_health_sensor
     from icegate_dagster.catalog import open_catalog
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
-    from icegate_dagster.sensors import table_health_sensor
 
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     resource_ = LakehouseResource(config_path=config_path)

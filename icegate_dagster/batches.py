@@ -12,8 +12,7 @@ Why a job and not a run of the asset: a run of a partitioned asset covers one pa
 or one contiguous range of them, and the tables a sensor finds due are rarely contiguous.
 """
 
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 import dagster as dg
 from pydantic import Field
@@ -27,20 +26,8 @@ from icegate_dagster.assets.maintained_table import (
     record_tables,
 )
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG, log_table_report
+from icegate_dagster.automation.runs import BATCH_JOB, BATCH_PLAN, MAINTENANCE_TAGS
 from icegate_dagster.resources import LakehouseResource, SparkResource
-from icegate_dagster.runs import (
-    BATCH_JOB,
-    BATCH_PLAN,
-    HEALTH_SENSOR,
-    MAINTENANCE_TAGS,
-    STATE_TAG,
-    TABLE_TAG,
-    TABLES_TAG,
-    TRIGGER_TAG,
-    WAL_SENSOR,
-    BatchEntry,
-    batch_run_config,
-)
 
 
 class BatchTableConfig(dg.Config):
@@ -82,6 +69,8 @@ def plan_batch(
     plan = [(key, chosen_operations(sorted(ops), BATCH_PLAN)) for key, ops in wanted.items()]
     batch = plan_tables(context, maintainer, plan)
     batch.record_when_done = True  # each table shows in the UI as soon as it is done
+    for table in batch.tables:  # what the sensor found due (the trigger's memory judges it)
+        table.requested = table.operations
     return batch
 
 
@@ -135,59 +124,3 @@ def build_batch_job(steps: Sequence[dg.OpDefinition]) -> dg.JobDefinition:
 
 
 maintenance_batch_job = build_batch_job(STEPS)
-
-
-#: How each sensor's run keys begin.
-RUN_KEY_PREFIXES = {HEALTH_SENSOR: "health", WAL_SENSOR: "wal"}
-
-
-def split_evenly(count: int, per_run: int) -> list[int]:
-    """Sizes of the runs that ``count`` tables make at up to ``per_run`` each, as even as
-    possible (30 tables at 25 a run: 15 and 15, so side-by-side runs end together)."""
-    if count <= 0:
-        return []
-    runs = -(-count // per_run)
-    return [count // runs + (1 if i < count % runs else 0) for i in range(runs)]
-
-
-def sensor_run_requests(
-    entries: Sequence[tuple[BatchEntry, str]],
-    *,
-    trigger: str,
-    tables_per_run: int,
-    tags: Callable[[Sequence[BatchEntry]], Mapping[str, str]] | None = None,
-) -> list[dg.RunRequest]:
-    """Runs of ``maintenance_batch_job`` over ``entries`` in their order (neediest first),
-    up to ``tables_per_run`` tables each.
-
-    Each entry comes with its part of the run key (table, state, attempt), so a tick that
-    sees the same tables in the same states asks for the same runs again and Dagster
-    launches no duplicate. ``tags`` adds tags to a run from its entries. A one-table run is
-    keyed and tagged as before batching (``<prefix>:<table>:<state>:<attempt>``,
-    ``icegate/table``, ``icegate/table_state``).
-    """
-    prefix = RUN_KEY_PREFIXES.get(trigger, trigger)
-    requests, start = [], 0
-    for size in split_evenly(len(entries), tables_per_run):
-        chunk = entries[start : start + size]
-        start += size
-        run_tags = {TRIGGER_TAG: trigger, TABLES_TAG: str(len(chunk))}
-        run_tags.update(tags([entry for entry, _ in chunk]) if tags is not None else {})
-        if len(chunk) == 1:
-            [(entry, key)] = chunk
-            run_key = f"{prefix}:{key}"
-            run_tags[TABLE_TAG] = entry.table
-            if entry.state:
-                run_tags[STATE_TAG] = entry.state
-        else:
-            digest = hashlib.sha256("\n".join(key for _, key in chunk).encode()).hexdigest()
-            run_key = f"{prefix}:batch:{digest[:20]}"
-        requests.append(
-            dg.RunRequest(
-                run_key=run_key,
-                job_name=BATCH_JOB,
-                run_config=batch_run_config([entry for entry, _ in chunk]),
-                tags=run_tags,
-            )
-        )
-    return requests

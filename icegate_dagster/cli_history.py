@@ -8,6 +8,7 @@ in a short run of ``icegate_cli_pass`` (no Spark: it only records) tagged
 Without one, nothing is recorded: the maintenance log stays the record every engine reads.
 """
 
+import contextlib
 import functools
 import os
 import threading
@@ -25,13 +26,13 @@ from icegate_dagster.assets.partition_events import (
     log_checks,
     table_record,
 )
+from icegate_dagster.automation.runs import CLI_PASS_JOB, TABLES_TAG
 from icegate_dagster.catalog import scrub
 from icegate_dagster.errors import ConfigError, IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.leases.store import holder_description
 from icegate_dagster.partitions import ICEBERG_TABLES
-from icegate_dagster.runs import CLI_PASS_JOB, TABLES_TAG
 
 DAGSTER_HOME = "DAGSTER_HOME"
 
@@ -147,6 +148,10 @@ def record_pass(
     )
     if not outcome.success:
         raise IcegateError(f"the Dagster run {outcome.run_id} recording the pass failed")
+    memory = maintainer.memory
+    if memory is not None:  # the health sensor compares with what the pages now show
+        with contextlib.suppress(Exception):
+            memory.show([(key, record.shown(), True) for key, record in prepared], memory.now())
     return [key for key, _ in prepared]
 
 

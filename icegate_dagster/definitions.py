@@ -8,6 +8,9 @@ from icegate_dagster.assets import (
     maintained_table,
     maintenance_log,
 )
+from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
+from icegate_dagster.automation.health_sensor import table_health_sensor
+from icegate_dagster.automation.wal_sensor import wal_size_sensor
 from icegate_dagster.batches import maintenance_batch_job
 from icegate_dagster.jobs import (
     collect_orphans_job,
@@ -18,7 +21,6 @@ from icegate_dagster.jobs import (
     rollback_job,
 )
 from icegate_dagster.resources import LakehouseResource, SparkResource
-from icegate_dagster.sensors import iceberg_table_discovery, table_health_sensor, wal_size_sensor
 
 defs = dg.Definitions(
     assets=[maintained_table, maintenance_log, lakehouse_health],

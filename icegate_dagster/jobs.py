@@ -9,11 +9,11 @@ from pydantic import Field
 
 from icegate_dagster.assets import maintained_table, maintenance_log
 from icegate_dagster.assets.maintained_table import TABLES_PER_BACKFILL_RUN
+from icegate_dagster.automation.runs import MAINTENANCE_TAGS
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.migrate import migrate, target_namespace
 from icegate_dagster.partitions import ICEBERG_TABLES
 from icegate_dagster.resources import LakehouseResource, SparkResource
-from icegate_dagster.runs import MAINTENANCE_TAGS
 
 # Dagster's run tags for a run over a range of partitions.
 RANGE_START_TAG = "dagster/asset_partition_range_start"

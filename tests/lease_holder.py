@@ -37,6 +37,21 @@ threading.Event().wait()
 """
 
 
+#: Beats once for run ``argv[2]`` as a worker does, then never again while it lives on: a
+#: worker whose lease store became unreachable.
+SILENT = """
+import sys, threading, uuid
+from icegate_dagster.config import load_config
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.maintenance.leases.process import process_identity
+from icegate_dagster.maintenance.leases.store import holder_description
+locks = Maintainer(load_config(sys.argv[1])).leasing.locks
+locks.beat(sys.argv[2], uuid.uuid4().hex, holder_description(sys.argv[2]), process_identity())
+print("beating", flush=True)
+threading.Event().wait()
+"""
+
+
 @contextlib.contextmanager
 def held_by_another_process(
     config_path: Path, table: str, run_id: str = "other-run"
@@ -63,11 +78,13 @@ def held_by_another_process(
 
 
 @contextlib.contextmanager
-def beating_in_another_process(config_path: Path, run_id: str) -> Iterator[subprocess.Popen[str]]:
-    """Another process keeps run ``run_id``'s heartbeat; yields it (kill it to make the run's
-    worker gone)."""
+def beating_in_another_process(
+    config_path: Path, run_id: str, *, falls_silent: bool = False
+) -> Iterator[subprocess.Popen[str]]:
+    """Another process keeps run ``run_id``'s heartbeat (or, ``falls_silent``, beats once
+    and then lives on without beating); yields it (kill it to make the run's worker gone)."""
     beater = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-c", BEATER, str(config_path), run_id],
+        [sys.executable, "-c", SILENT if falls_silent else BEATER, str(config_path), run_id],
         stdout=subprocess.PIPE,
         text=True,
     )

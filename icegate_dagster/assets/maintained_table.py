@@ -37,6 +37,7 @@ from icegate_dagster.maintenance import (
     TableStats,
 )
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
+from icegate_dagster.maintenance.maintainer import pass_record
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.partitions import iceberg_tables
@@ -98,6 +99,8 @@ class TableRun:
     error: str | None = None
     #: Its materialization and checks are recorded already (see ``MaintenanceBatch``).
     recorded: bool = False
+    #: The operations a sensor asked for because they were due (its batch runs).
+    requested: tuple[str, ...] = ()
 
     def result(self) -> TableResult:
         """The table's outcome so far."""
@@ -277,6 +280,29 @@ def _recorded_line(table: TableRun, record: TableRecord) -> str:
     return f"{table.key}: recorded, {state} in {result.duration_s:.1f}s{score}"
 
 
+def remember_table(
+    maintainer: Maintainer, table: TableRun, record: TableRecord, progress: ProgressLog
+) -> dict[str, Any]:
+    """Keep the table's pass in the trigger's memory (see ``maintenance.trigger``), as the
+    page records it; returns the metadata that says what the trigger now makes of it:
+    ``trigger`` (operations that keep failing or stay due, and when they are tried next)."""
+    remembered = maintainer.remember(
+        pass_record(
+            table.result(),
+            maintainer.run_id,
+            requested=table.requested,
+            still_due=record.still_due(),
+            settled_state=record.settled_state,
+            shown_state=record.shown(),
+        )
+    )
+    if isinstance(remembered, str):
+        progress.error(f"{table.key}: {remembered}")
+        return {}
+    troubled = [m.describe() for m in remembered if m.failures >= 2 or m.ineffective >= 2]
+    return {"trigger": "; ".join(troubled)} if troubled else {}
+
+
 def record_table(
     context: dg.OpExecutionContext,
     maintainer: Maintainer,
@@ -289,7 +315,9 @@ def record_table(
     record = table_record(maintainer, table.ref, table.result())
     if record.wal_error is not None:
         progress.error(record.wal_error)
-    materialize(table.key, record.metadata)
+    materialize(
+        table.key, {**record.metadata, **remember_table(maintainer, table, record, progress)}
+    )
     log_checks(context, table.key, record.outcomes)
     table.recorded = True
     progress.info(_recorded_line(table, record))
@@ -337,7 +365,8 @@ def record(
         record = table_record(maintainer, table.ref, table.result())
         if record.wal_error is not None:
             progress.error(record.wal_error)
-        context.add_asset_metadata(record.metadata, partition_key=table.key)
+        trigger = remember_table(maintainer, table, record, progress)
+        context.add_asset_metadata({**record.metadata, **trigger}, partition_key=table.key)
         records.append((table, record))
     yield dg.Output(None)
     for table, record in records:

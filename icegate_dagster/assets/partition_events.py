@@ -28,10 +28,13 @@ from icegate_dagster.maintenance.health.checks import (
     health_score_check,
 )
 from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.health.summary import table_state
+from icegate_dagster.maintenance.trigger.records import error_state, shown_state
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 
 if TYPE_CHECKING:
     from icegate_dagster.maintenance import Maintainer
+    from icegate_dagster.maintenance.health.summary import Assessed
 
 MAINTAINED_TABLE = dg.AssetKey("maintained_table")
 #: Who recorded an event outside a maintenance run: on the health sensor's assessments
@@ -89,7 +92,7 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
     return metadata
 
 
-def health_metadata(health: TableHealth | None, verdict: CheckOutcome) -> dict[str, Any]:
+def health_metadata(health: Assessed | None, verdict: CheckOutcome) -> dict[str, Any]:
     """How healthy the table is: ``healthy`` (its ``healthy`` verdict), ``health_score`` (a
     float, so the Plots tab draws each table's score over time), ``due_operations`` and
     ``why`` (each due operation's reason, or the verdict). The same keys on a run's
@@ -128,6 +131,19 @@ class TableRecord:
     health: TableHealth | None
     #: The WAL folder could not be listed (its ``wal_backlog`` check fails with this).
     wal_error: str | None = None
+    #: The table's state right after the pass (``summary.table_state``), when assessed.
+    settled_state: str | None = None
+
+    def shown(self) -> str:
+        """What the partition page shows once this is recorded (``records.shown_state``)."""
+        verdict = next(o for o in self.outcomes if o.name == "healthy")
+        if self.health is None:
+            return error_state(verdict.description)
+        return shown_state(verdict.passed, self.health.due_operations)
+
+    def still_due(self) -> dict[str, str] | None:
+        """The operations due right after the pass, with why (None: not assessed)."""
+        return None if self.health is None else {d.operation: d.reason for d in self.health.due}
 
 
 def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResult) -> TableRecord:
@@ -151,10 +167,17 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
             else outcome
             for outcome in outcomes
         ]
-    health, health_check = health_after(
+    health, health_check, location = health_after(
         maintainer, result.table, ref, wal if wal_error is None else None
     )
     outcomes.append(health_check)
+    # The state the trigger compares with: the WAL as it sees it (none without wal.root).
+    seen_wal = (wal.files, wal.bytes, wal.oldest) if config.wal_root else None
+    settled = (
+        table_state(location, seen_wal, health.due)
+        if health is not None and wal_error is None
+        else None
+    )
     metadata = {**health_metadata(health, health_check), **partition_metadata(result, wal)}
     if health is None:
         metadata["health_error"] = health_check.description
@@ -164,16 +187,16 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
         metadata["wal_error"] = wal_error
         metadata.setdefault("error", wal_error)
     metadata["checks"] = verdicts_metadata(outcomes)
-    return TableRecord(metadata, outcomes, health, wal_error)
+    return TableRecord(metadata, outcomes, health, wal_error, settled)
 
 
 def health_after(
     maintainer: Maintainer, key: str, ref: TableRef | None, wal: WalStats | None
-) -> tuple[TableHealth | None, CheckOutcome]:
-    """The table's health now (pyiceberg, no JVM) and its ``healthy`` verdict; a table that
-    cannot be assessed fails that check alone."""
+) -> tuple[TableHealth | None, CheckOutcome, str | None]:
+    """The table's health now (pyiceberg, no JVM), its ``healthy`` verdict and the metadata
+    file assessed; a table that cannot be assessed fails that check alone."""
     if ref is None:
-        return None, health_score_check(None, 0.0, f"{key} could not be resolved")
+        return None, health_score_check(None, 0.0, f"{key} could not be resolved"), None
     settings = maintainer.settings(ref)
     min_score = settings.health.min_score
     try:
@@ -182,10 +205,9 @@ def health_after(
         health = assess_table(iceberg, key, settings, datetime.now(UTC), wal)
     except Exception as exc:  # this check fails; the table's other checks stand
         error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-        return None, health_score_check(
-            None, min_score, f"cannot assess the health of {key}: {error}"
-        )
-    return health, health_score_check(health, min_score)
+        check = health_score_check(None, min_score, f"cannot assess the health of {key}: {error}")
+        return None, check, None
+    return health, health_score_check(health, min_score), iceberg.metadata_location
 
 
 # -- which materialization a check evaluation judges -----------------------------------------

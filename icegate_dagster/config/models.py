@@ -289,6 +289,23 @@ class TriggerSettings(_Settings):
     backoff: Duration = timedelta(minutes=1)
     #: ...up to this.
     backoff_max: Duration = timedelta(hours=1)
+    #: Where the catalog cannot say which tables changed (REST, Glue, Hive), the health
+    #: trigger looks at each table again at least this often (a SQL catalog tells it every
+    #: table's metadata file in one query, so a changed table is looked at in the next tick).
+    recheck: Duration = timedelta(minutes=10)
+    #: Each sensor evaluation ends within this; what it had no time for waits for the next
+    #: (Dagster cancels an evaluation at 60 s, and then keeps nothing of it).
+    tick_deadline: Duration = timedelta(seconds=30)
+
+    @field_validator("tick_deadline")
+    @classmethod
+    def _below_dagsters_limit(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=5) <= value <= timedelta(seconds=50):
+            raise _broken(
+                "must be between 5s and 50s (Dagster cancels a sensor evaluation at 60 s)",
+                value=format_duration(value),
+            )
+        return value
 
 
 class LockSettings(_Settings):

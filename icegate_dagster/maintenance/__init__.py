@@ -4,7 +4,8 @@ Its rooms, by concern:
 
 - :mod:`.maintainer`: the pass (tables, leases, operations, log rows), one implementation;
 - :mod:`.ops`: the operations and their registry;
-- :mod:`.health`: figures, score, due operations, the trigger's selection, the checks;
+- :mod:`.health`: figures, score, due operations, the checks;
+- :mod:`.trigger`: the trigger's memory of every table and its rules for what runs next;
 - :mod:`.wal`: WAL ingest, exactly once;
 - :mod:`.leases`: one maintainer per table, run heartbeats;
 - :mod:`.log`: the maintenance log table and its upkeep;
@@ -12,7 +13,8 @@ Its rooms, by concern:
 - single modules: :mod:`.results` (outcomes as dataclasses), :mod:`.identifiers` (table
   names), :mod:`.discovery` (which tables exist), :mod:`.iceberg_java` (Iceberg's Java
   API on the driver), :mod:`.parallel` (tables side by side), :mod:`.pyiceberg_writes` (our own
-  tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas).
+  tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas),
+  :mod:`.sql_store` (the shared database's engine, clock and upserts).
 
 May import ``config``, ``errors``, ``catalog`` and ``spark_session``; never Dagster,
 ``render`` or an entry point (``tests/unit/test_import_layers.py`` keeps it so).

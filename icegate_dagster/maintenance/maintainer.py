@@ -42,6 +42,12 @@ from icegate_dagster.maintenance.ops import (
 from icegate_dagster.maintenance.orphans.candidates import candidates_table
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.results import OpResult, Outcome, TableResult, TableStats
+from icegate_dagster.maintenance.trigger.records import (
+    OperationAttempt,
+    OperationMemory,
+    PassRecord,
+)
+from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -101,6 +107,8 @@ class Maintainer:
             fault_hook=lambda point: self.fault_hook(point) if self.fault_hook else None,
         )
         self.log = LogWriter(lambda: self.catalog, config, self.run_id, lambda: self._spark)
+        self._memory: TriggerMemory | None = None
+        self._memory_lock = threading.Lock()
         #: The log table's own upkeep in the last :meth:`maintain` (see :mod:`.log.upkeep`).
         self.log_upkeep: list[OpResult] = []
 
@@ -123,11 +131,40 @@ class Maintainer:
         """Where operation outcomes are appended."""
         return TableRef.parse(self.config.log_table)
 
+    def own_tables(self) -> tuple[str, ...]:
+        """The project's own tables, never maintained as a lakehouse table: the log table and
+        the orphan-candidates table."""
+        return (self.log_table.key, candidates_table(self.config).key)
+
     def discover(self) -> list[TableRef]:
-        """Tables of the configured namespaces; ``_``-prefixed ones, the log table and the
-        orphan-candidates table left out."""
-        own = (self.log_table.key, candidates_table(self.config).key)
-        return discover_tables(self.catalog, self.config.namespaces, own)
+        """Tables of the configured namespaces; ``_``-prefixed ones and :meth:`own_tables`
+        left out."""
+        return discover_tables(self.catalog, self.config.namespaces, self.own_tables())
+
+    @property
+    def memory(self) -> TriggerMemory | None:
+        """The trigger's memory, in the lease store's database (None without a store)."""
+        with self._memory_lock:
+            if self._memory is None:
+                locks = self.leasing.locks
+                if locks is not None:
+                    self._memory = memory_for(locks.engine)
+            return self._memory
+
+    def remember(self, record: PassRecord) -> list[OperationMemory] | str:
+        """Keep one table's pass in the trigger's memory (its outcomes, per operation); the
+        operations' new memory, or why it could not be kept (the pass itself stands: the
+        log has every outcome)."""
+        try:
+            memory = self.memory
+            if memory is None:
+                return "no lease store: the trigger's memory is not kept"
+            trigger = self.config.trigger
+            return memory.record_pass(
+                record, backoff=trigger.backoff, backoff_max=trigger.backoff_max
+            )
+        except Exception as exc:
+            return f"the trigger's memory could not be updated: {describe_error(exc, self._scrub)}"
 
     def resolve(self, name: str) -> TableRef:
         """Parse a user-given ``namespace.table`` and check that the table exists."""
@@ -300,6 +337,8 @@ class Maintainer:
             result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
         if write_log and not dry_run:
             self.write_logs([result])
+        if not dry_run:
+            self.remember(pass_record(result, self.run_id))
         return result
 
     def maintain(
@@ -386,3 +425,32 @@ class Maintainer:
         """Append the log rows of all ``results`` in one write; a log failure is recorded
         on each result. ``results`` itself is left as it was."""
         self.log.write_tables(results)
+
+
+def pass_record(
+    result: TableResult,
+    run_id: str,
+    *,
+    requested: Sequence[str] = (),
+    still_due: dict[str, str] | None = None,
+    settled_state: str | None = None,
+    shown_state: str | None = None,
+) -> PassRecord:
+    """A table's pass as the trigger's memory keeps it (see ``memory.records``)."""
+    return PassRecord(
+        table=result.table,
+        run_id=run_id,
+        attempts=tuple(
+            OperationAttempt(
+                op.operation,
+                op.status,
+                held_elsewhere=bool(op.output.get("held_elsewhere")),
+                error=op.error,
+            )
+            for op in result.ops
+        ),
+        requested=tuple(requested),
+        still_due=still_due,
+        settled_state=settled_state,
+        shown_state=shown_state,
+    )

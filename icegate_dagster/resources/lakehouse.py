@@ -37,7 +37,11 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """In a run, keep a heartbeat in the lease store for as long as this process lives
         and the run is not over, so a run whose worker died is recognized (see
-        ``icegate_dagster.runs``). Sensors and schedules start none."""
+        ``icegate_dagster.automation.healing``). Sensors and schedules start none.
+
+        A configuration or catalog that cannot be opened is left to the steps, which report
+        it table by table; a lease store that cannot be reached (its first heartbeat retried
+        for 30 s) fails the run here, saying why: a run nobody can see alive must not run."""
         run = context.run
         if run is None:
             return
@@ -49,13 +53,21 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             return current is not None and not current.is_finished
 
         try:
-            store = lease_store(self.config(), self.catalog())
-            if store is not None:
-                store.start_heartbeat(run_id, holder_description(run_id), running)
+            config, catalog = self.config(), self.catalog()
         except Exception as exc:  # the steps report a broken config or catalog themselves
             if context.log is not None:
                 error = describe_error(exc, self._scrub)
                 context.log.warning(f"no heartbeat for this run in the lease store: {error}")
+            return
+        try:
+            store = lease_store(config, catalog)
+            if store is not None:
+                store.start_heartbeat(run_id, holder_description(run_id), running)
+        except Exception as exc:
+            raise IcegateError(
+                "this run cannot keep its heartbeat in the lease store, so a healer could not "
+                f"tell it from a dead run; it does not start: {describe_error(exc, self._scrub)}"
+            ) from None
 
     def _scrub(self, text: str) -> str:
         return scrub(text, self._config) if self._config is not None else text

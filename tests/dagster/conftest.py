@@ -7,10 +7,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
 from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
-from icegate_dagster.sensors import iceberg_table_discovery
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 
@@ -57,6 +57,22 @@ def small_lakehouse(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     lh.add_table("lakehouse.orders", appends=5, services=("shop",))
     lh.add_table("lakehouse.spans", appends=5, services=("a",))
     return lh
+
+
+def launch(
+    instance: dg.DagsterInstance,
+    request: dg.RunRequest,
+    status: dg.DagsterRunStatus = dg.DagsterRunStatus.NOT_STARTED,
+) -> dg.DagsterRun:
+    """What the daemon does with a sensor's request before the run executes: a run that
+    waits (a queued run needs a code location's origin; an unstarted one is as unfinished)."""
+    assert request.job_name is not None and request.run_key is not None
+    return instance.create_run_for_job(
+        defs.resolve_job_def(request.job_name),
+        run_config=request.run_config,
+        tags={**request.tags, "dagster/run_key": request.run_key},
+        status=status,
+    )
 
 
 def run_request(
@@ -119,7 +135,7 @@ def health_tick(
 ) -> tuple[dg.SensorResult, str | None]:
     """One tick of the health sensor as the daemon runs it: its asset events stored in the
     instance, its cursor kept. Returns the result and the cursor for the next tick."""
-    from icegate_dagster.sensors import table_health_sensor
+    from icegate_dagster.automation.health_sensor import table_health_sensor
 
     context = dg.build_sensor_context(
         instance=instance, resources={"lakehouse": resource}, cursor=cursor

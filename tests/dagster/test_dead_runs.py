@@ -1,8 +1,10 @@
 """Runs whose worker is gone are recognized from the lease store and marked failed by the
-sensors: a ``STARTED`` run without heartbeat or table lease for longer than the lease is
-failed with an event that says why, and its table is requested again; a run whose
-heartbeat another process keeps (or that holds a table) stays, until that process is
-killed. A real run keeps its heartbeat while it runs. (Lease 3 s here: 2 min by default.)"""
+sensors, and only those: a ``STARTED`` run that never beat is failed after three leases,
+saying why, and its table is requested again; a run whose heartbeat process on this host
+was killed is failed at the next tick; one whose process lives on is never failed, however
+long its beats stay away (a lease store it could not reach); one that holds a table stays.
+A real run keeps its heartbeat while it runs, and a run whose lease store cannot be opened
+does not start. (Lease 2 s here: 2 min by default.)"""
 
 from __future__ import annotations
 
@@ -13,11 +15,9 @@ from datetime import timedelta
 import dagster as dg
 import pytest
 
-from icegate_dagster.definitions import defs
-from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.partitions import iceberg_tables
-from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import (
+from icegate_dagster.automation.healing import SILENT_LEASES
+from icegate_dagster.automation.health_sensor import table_health_sensor
+from icegate_dagster.automation.runs import (
     BATCH_JOB,
     HEALTH_SENSOR,
     TRIGGER_TAG,
@@ -25,13 +25,19 @@ from icegate_dagster.runs import (
     batch_entries,
     batch_run_config,
 )
-from icegate_dagster.sensors import table_health_sensor, wal_size_sensor
+from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.definitions import defs
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.lease_holder import beating_in_another_process, held_by_another_process
 
 BUSY = "lakehouse.busy"
-LEASE_S = 3.0
+LEASE_S = 2.0
+#: How long a run that cannot be asked about must be silent before it is failed.
+SILENCE_S = LEASE_S * SILENT_LEASES
 
 
 @pytest.fixture
@@ -92,40 +98,82 @@ def test_a_started_run_with_no_worker_is_failed_saying_why_and_its_table_request
     instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
     run = _started_run(instance)
 
-    # Younger than a lease: it may still be starting; its table waits for it.
+    # It never beat, but may still be starting: its table waits for it.
     young = _tick(lh, instance)
     assert _status(instance, run) == dg.DagsterRunStatus.STARTED
     assert isinstance(young, dg.SensorResult) and not young.run_requests
     assert run.run_id in str(young.skip_reason)
 
-    time.sleep(LEASE_S + 0.5)
+    time.sleep(SILENCE_S + 0.5)
     healed = _tick(lh, instance)
 
     assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
     message = _failure_message(instance, run)
     assert "worker is gone" in message and "never recorded a heartbeat" in message
-    assert "maintain.locks.lease (3s)" in message
+    assert "3 × maintain.locks.lease (6s)" in message
     assert _requested_tables(healed) == [BUSY]
 
 
-def test_a_run_beating_in_another_process_stays_until_that_process_is_killed(
+def test_a_run_whose_process_was_killed_on_this_host_is_failed_at_the_next_tick(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
     run = _started_run(instance)
     with beating_in_another_process(lh.config_path, run.run_id) as worker:
-        time.sleep(LEASE_S + 0.5)
         alive = _tick(lh, instance)
         assert _status(instance, run) == dg.DagsterRunStatus.STARTED
         assert _requested_tables(alive) == []
 
         worker.kill()  # an OOM kill: no clean-up, the heartbeat just stops
         worker.wait()
-        time.sleep(LEASE_S + 0.5)
-        _tick(lh, instance)
+        healed = _tick(lh, instance)  # no waiting for the heartbeat to run out
 
     assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
-    assert "its heartbeat was last renewed at" in _failure_message(instance, run)
+    message = _failure_message(instance, run)
+    assert f"process {worker.pid} on " in message and "no longer exists" in message
+    assert _requested_tables(healed) == [BUSY]
+
+
+def test_a_run_whose_process_lives_is_never_failed_however_late_its_beats(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """Its heartbeat stops (its lease store is unreachable from its side) while the
+    process runs on: on the same host the healer asks the process, not the clock."""
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    run = _started_run(instance)
+    with beating_in_another_process(lh.config_path, run.run_id, falls_silent=True) as worker:
+        time.sleep(SILENCE_S + 1)
+        _tick(lh, instance)
+        _tick(lh, instance, wal_size_sensor)
+        assert _status(instance, run) == dg.DagsterRunStatus.STARTED
+        worker.kill()
+        worker.wait()
+        _tick(lh, instance)
+    assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
+
+
+def test_a_run_whose_lease_store_cannot_be_opened_does_not_start(
+    lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
+) -> None:
+    """Nobody could tell such a run from a dead one: its set-up fails, saying why."""
+    lh = lakehouse_factory(
+        # Nothing listens on port 1: the store is unreachable.
+        maintain={"locks": {"uri": "postgresql+psycopg2://icegate@127.0.0.1:1/leases"}}
+    )
+    lh.add_table(BUSY, appends=1)
+    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+        instance=instance,
+        run_config=batch_run_config([BatchEntry(BUSY, ("optimize",), "s")]),
+        resources=resources_for(lh),
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
+    text = str(result.all_events)
+    assert "cannot keep its heartbeat in the lease store" in text, failure
+    assert "127.0.0.1" in text
+    # Nothing ran: the table was not touched.
+    assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START]
 
 
 def test_a_run_holding_a_table_lease_is_alive_and_the_wal_sensor_heals_too(
@@ -141,12 +189,13 @@ def test_a_run_holding_a_table_lease_is_alive_and_the_wal_sensor_heals_too(
         status=dg.DagsterRunStatus.STARTED,
     )
     with held_by_another_process(lh.config_path, BUSY, run_id=run.run_id):
-        time.sleep(LEASE_S + 0.5)
+        time.sleep(SILENCE_S + 0.5)
         waiting = _tick(lh, instance, wal_size_sensor)
         assert _status(instance, run) == dg.DagsterRunStatus.STARTED
-        assert isinstance(waiting, dg.SkipReason) and run.run_id in str(waiting.skip_message)
+        assert isinstance(waiting, dg.SensorResult) and run.run_id in str(waiting.skip_reason)
 
-    time.sleep(LEASE_S + 0.5)  # the holder released it; now nothing renews anything
+    # The holder released it; now nothing renews anything, and no process of the run
+    # ever beat on this host: silent for three leases since it started, it is failed.
     healed = _tick(lh, instance, wal_size_sensor)
     assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
     assert _requested_tables(healed) == [BUSY]

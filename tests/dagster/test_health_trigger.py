@@ -1,45 +1,46 @@
-"""The health trigger on real tables and a temporary Dagster instance: ``table_health_sensor``
-requests exactly the due tables with exactly their due operations, never a table with a run
-in flight, within its budget, not more often than ``health.min_interval``, backing off
-tables whose runs keep failing; ``lakehouse_health`` carries the totals; a maintenance run
-records each table's ``health_score`` and its ``healthy`` check."""
+"""The health trigger on real tables, a real trigger memory and a temporary Dagster instance:
+``table_health_sensor`` requests exactly the due tables with exactly their due operations,
+on a fresh instance too, never a table with a run in flight or a lease held elsewhere,
+within its budget, not more often than ``health.min_interval``, counting requests no run
+answered and backing off operations that keep failing; ``lakehouse_health`` carries the
+totals; a maintenance run records each table's ``health_score``, its ``healthy`` check and
+its outcome in the trigger's memory."""
 
 from __future__ import annotations
 
+import threading
 import time
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.lakehouse_health import (
-    LAKEHOUSE_HEALTH,
-    evaluate_health_trigger,
-    lakehouse_health,
-)
+from icegate_dagster.assets.lakehouse_health import lakehouse_health
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
-from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import (
+from icegate_dagster.automation import health_sensor
+from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
+from icegate_dagster.automation.health_sensor import decide, table_health_sensor
+from icegate_dagster.automation.look import look_at_lakehouse
+from icegate_dagster.automation.runs import (
     BATCH_JOB,
     HEALTH_SENSOR,
     STATE_TAG,
     TABLE_TAG,
     TRIGGER_TAG,
     BatchEntry,
-    SensorRun,
     batch_entries,
     batch_run_config,
-    trigger_history,
 )
-from icegate_dagster.sensors import table_health_sensor
-from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse, resources_for
+from icegate_dagster.automation.tick import Tick
+from icegate_dagster.definitions import defs
+from icegate_dagster.maintenance.leases.holder import lease_store
+from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
+from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
+from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource
+from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse, launch, resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
-
-#: A partition whose table is not in the catalog.
-GHOST = "lakehouse.ghost"
 
 
 @pytest.fixture
@@ -52,12 +53,23 @@ def _resource(lh: Lakehouse) -> LakehouseResource:
 
 
 def _tick(lh: Lakehouse, instance: dg.DagsterInstance, cursor: str | None = None) -> Any:
+    """One tick as the daemon runs it: partitions added, events stored."""
     context = dg.build_sensor_context(
         instance=instance, resources={"lakehouse": _resource(lh)}, cursor=cursor
     )
     result = table_health_sensor(context)
     assert isinstance(result, dg.SensorResult)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(iceberg_tables.name, list(request.partition_keys))
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
     return result
+
+
+def _memory(lh: Lakehouse) -> TriggerMemory:
+    store = lease_store(lh.config, lh.catalog)
+    assert store is not None
+    return memory_for(store.engine)
 
 
 def _health(result: dg.SensorResult) -> dict[str, Any]:
@@ -86,21 +98,34 @@ def _tables(result: dg.SensorResult) -> set[str]:
 
 
 def _decisions(lh: Lakehouse, instance: dg.DagsterInstance) -> dict[str, str]:
-    tables = list(instance.get_dynamic_partitions(iceberg_tables.name))
-    now = datetime.now(UTC)
-    evaluation = evaluate_health_trigger(instance, _resource(lh), tables, now, seconds=None)
-    return evaluation.selection.decisions()
+    """What the trigger would do now with every table, and why."""
+    resource = _resource(lh)
+    tick = Tick.for_run(instance, resource)
+    look = look_at_lakehouse(resource.maintainer("test"), tick.memory, tick.now, until=None)
+    assert tick.memory is not None
+    selection, _ = decide(tick, look, tick.memory.tables_memory(), tick.busy(look.tables))
+    return selection.decisions()
+
+
+def test_a_fresh_instance_is_acted_on_at_its_first_tick_without_waiting_for_discovery(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    first = _tick(lh, instance)
+    assert _tables(first) == {BUSY, OLD}
+    [added] = first.dynamic_partitions_requests
+    assert sorted(added.partition_keys) == [BUSY, IDLE, OLD]
+    assert sorted(instance.get_dynamic_partitions(iceberg_tables.name)) == [BUSY, IDLE, OLD]
 
 
 def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_health(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE, GHOST])
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
 
     first = _tick(lh, instance)
 
     requested = _by_table(first)
-    assert set(requested) == {BUSY, OLD}  # not the healthy table, not the unreadable one
+    assert set(requested) == {BUSY, OLD}  # not the healthy table
     assert requested[BUSY][1].operations == ("optimize",)
     assert requested[OLD][1].operations == ("expire_snapshots",)
     # Both in one run (one process, one Spark session), each with its own operations.
@@ -108,26 +133,23 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
     assert request.job_name == BATCH_JOB and request.tags[TRIGGER_TAG] == HEALTH_SENSOR
     assert float(request.tags["icegate/need"]) > 0
     health = _health(first)
-    assert health["tables"] == 4
-    assert health["tables_assessed"] == 3
-    assert health["tables_unreadable"] == 1
-    assert health["tables_due"] == 2
-    assert health["tables_requested"] == 2
+    assert health["tables"] == 3 and health["tables_assessed"] == 3
+    assert health["tables_due"] == 2 and health["tables_requested"] == 2
     assert health["backlog_tables"] == 0
     assert health["small_files"] >= 12
     assert isinstance(health["mean_score"], float) and health["lowest_score"] < 100
-    assert GHOST in health["unreadable_tables"]
     least = health["least_healthy"]
     assert least.index(BUSY) < least.index(OLD) < least.index(IDLE)
     assert "requested" in least and "holds 6 small files" in least
 
-    # A tick while nothing changed asks again with the same run keys: no duplicate runs.
-    again = _tick(lh, instance)
-    assert sorted(r.run_key for r in again.run_requests) == sorted(
-        r.run_key for r in first.run_requests
-    )
+    # The daemon queues the run: while it waits, nothing is asked again.
+    queued = launch(instance, request)
+    waiting = _tick(lh, instance)
+    assert not waiting.run_requests
+    assert f"run {queued.run_id} is not_started" in waiting.skip_reason.skip_message
 
-    # The daemon launches BUSY's part of it: only optimize runs.
+    # It runs BUSY's part only (the rest of it was canceled): only optimize runs.
+    instance.report_run_canceled(queued)
     idle_metadata = lh.table(IDLE).metadata_location
     rows_before = lh.rows_without_spark(BUSY)
     busy = requested[BUSY][1]
@@ -154,14 +176,22 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     healthy = checks["healthy"]
     assert healthy.passed is True and healthy.partition == BUSY
-    assert healthy.metadata["health_score"].value == metadata["health_score"].value
-    assert healthy.metadata["min_score"].value == 50.0
     assert "nothing due" in str(healthy.description)
+    # The run kept its outcome in the trigger's memory, as each table finished.
+    remembered = _memory(lh).tables_memory([BUSY])[BUSY]
+    assert remembered.operations["optimize"].outcome == "completed"
+    assert remembered.operations["optimize"].run_id == result.run_id
+    assert remembered.recorded_at is not None and remembered.shown_state is not None
 
-    # BUSY is healthy now: only OLD is still requested.
+    # BUSY is healthy now. OLD's part of the canceled run was never answered: counted as
+    # one failure (retried at once), under a new run key.
     after = _tick(lh, instance)
     assert _tables(after) == {OLD}
     assert _health(after)["tables_due"] == 1
+    [retry] = after.run_requests
+    assert retry.run_key != request.run_key and retry.run_key == f"health:{OLD}:2"
+    assert _memory(lh).tables_memory([OLD])[OLD].operations["expire_snapshots"].outcome == "lost"
+    instance.report_run_canceled(launch(instance, retry))
 
     # 6 more small appends: BUSY is due again, but was maintained moments ago.
     table = lh.table(BUSY)
@@ -174,11 +204,10 @@ def test_sensor_requests_the_due_tables_with_their_operations_and_a_run_records_
     with lh.table(BUSY).transaction() as transaction:
         transaction.set_properties({"icegate.health.min_interval": "1s"})
     time.sleep(1.1)
-    soon = _tick(lh, instance)
-    assert _tables(soon) == {BUSY, OLD}
+    assert BUSY in _tables(_tick(lh, instance))
 
 
-def test_a_table_with_a_run_in_flight_gets_no_request(
+def test_a_table_with_a_run_in_flight_or_a_lease_held_elsewhere_gets_no_request(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
@@ -186,13 +215,34 @@ def test_a_table_with_a_run_in_flight_gets_no_request(
     queued = instance.create_run_for_job(
         job, tags={"dagster/partition": BUSY}, status=dg.DagsterRunStatus.NOT_STARTED
     )
+    # OLD is held by another maintainer (a CLI pass elsewhere): its lease is live.
+    store = lease_store(lh.config, lh.catalog)
+    assert store is not None
+    holding, release = threading.Event(), threading.Event()
 
-    one = _tick(lh, instance)
+    def hold() -> None:
+        with store.hold(OLD, "elsewhere:1:cli-run", timedelta(0)):
+            holding.set()
+            release.wait(30)
 
-    assert _tables(one) == {OLD}
-    assert _decisions(lh, instance)[BUSY] == f"waits: run {queued.run_id} is not_started"
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(10)
+    try:
+        none = _tick(lh, instance)
+    finally:
+        release.set()
+        holder.join()
+
+    assert not none.run_requests
+    message = str(none.skip_reason.skip_message)
+    assert "2 due tables wait, a run in flight or another maintainer's lease" in message
+    assert f"{BUSY} (run {queued.run_id} is not_started)" in message
+    assert f"{OLD} (held by elsewhere:1:cli-run)" in message
+    assert _health(none)["tables_requested"] == 0
 
     # A batch run over both (the schedule's range tags): nothing to request, and why.
+    instance.report_run_canceled(queued)
     batch_run = instance.create_run_for_job(
         job,
         tags={
@@ -201,106 +251,86 @@ def test_a_table_with_a_run_in_flight_gets_no_request(
         },
         status=dg.DagsterRunStatus.STARTED,
     )
-    none = _tick(lh, instance)
-    assert not none.run_requests
-    message = str(none.skip_reason.skip_message)
-    assert "2 due tables wait, a run in flight" in message
-    assert f"{OLD} (run {batch_run.run_id} is started)" in message
-    assert f"{BUSY} (run {batch_run.run_id} is started)" in message  # the newest run
-    assert _health(none)["tables_requested"] == 0
-
+    decisions = _decisions(lh, instance)
+    assert decisions[BUSY] == decisions[OLD] == f"waits: run {batch_run.run_id} is started"
     # Once the runs are over, both are requested.
-    instance.report_run_canceled(queued)
     instance.report_run_canceled(batch_run)
     assert _tables(_tick(lh, instance)) == {BUSY, OLD}
 
 
-def test_the_budget_takes_the_neediest_and_names_the_backlog(
+def test_the_budget_takes_tables_in_turn_and_names_the_backlog(
     lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
 ) -> None:
     lh = health_lakehouse(lakehouse_factory, trigger={"max_tables": 1})
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
-
     result = _tick(lh, instance)
 
-    assert _tables(result) == {BUSY}  # 6 small files per partition: the neediest
+    assert _tables(result) == {BUSY}  # never served, 6 small files per partition: neediest
     health = _health(result)
-    assert health["tables_requested"] == 1
-    assert health["backlog_tables"] == 1
+    assert health["tables_requested"] == 1 and health["backlog_tables"] == 1
     assert f"| {OLD} |" in health["least_healthy"]
     assert "maintain.trigger.max_tables 1 reached" in health["least_healthy"]
-    assert "maintain.trigger.max_tables 1 reached" in _decisions(lh, instance)[OLD]
+    # BUSY's run is in the queue; OLD's turn comes at the next tick.
+    launch(instance, result.run_requests[0])
+    assert _tables(_tick(lh, instance)) == {OLD}
 
 
-def test_a_table_whose_runs_keep_failing_backs_off_and_is_reported(
+def test_requests_no_run_answered_count_as_failures_and_back_off(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, IDLE])
-    job = defs.resolve_job_def(BATCH_JOB)
+    """A run whose worker died before recording its tables (two of them): each table's
+    operation counts a failure; the second in a row backs off, named with its next attempt,
+    in the skip reason and in lakehouse_health's failing tables."""
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
+    keys = []
+    for _ in range(2):
+        [request] = _tick(lh, instance).run_requests
+        assert len(_entries(request)) == 2
+        keys.append(request.run_key)
+        run = launch(instance, request, dg.DagsterRunStatus.STARTED)
+        instance.report_run_failed(run, "the worker was OOM-killed")
+    assert keys[0] != keys[1]
 
-    def ended(request: dg.RunRequest, status: dg.DagsterRunStatus) -> None:
-        instance.create_run_for_job(
-            job, run_config=request.run_config, tags=request.tags, status=status
-        )
-
-    [first] = _tick(lh, instance).run_requests
-    assert first.run_key is not None and first.run_key.endswith(":0")
-
-    # One failed attempt on this state: retried at once, under a new run key.
-    ended(first, dg.DagsterRunStatus.FAILURE)
-    retried = _tick(lh, instance)
-    assert _tables(retried) == {BUSY}
-    [retry] = retried.run_requests
-    assert retry.tags[STATE_TAG] == first.tags[STATE_TAG]
-    assert retry.run_key is not None and retry.run_key.endswith(":1")
-    assert retry.run_key != first.run_key
-
-    # Two in a row: it waits (1 minute after the last failure), reported, not retried.
-    ended(retry, dg.DagsterRunStatus.FAILURE)
     waiting = _tick(lh, instance)
+
     assert not waiting.run_requests
     message = str(waiting.skip_reason.skip_message)
-    assert f"backing off after failed runs: {BUSY} (its last 2 runs failed; next attempt after" in (
-        message
-    )
-    assert "1 tables healthy" in message
+    assert f"{BUSY} (optimize failed 2 times in a row; next attempt after" in message
+    assert f"{OLD} (expire_snapshots failed 2 times in a row; next attempt after" in message
+    assert "ended without recording this table" in message
+    failing = _health(waiting)["failing_tables"]
+    assert set(failing) == {BUSY, OLD}
 
-    # A run that succeeded on this very state ends the failures; a second one on the same
-    # state would change nothing, so none is requested until the table changes.
-    ended(retry, dg.DagsterRunStatus.SUCCESS)
+
+def test_a_table_a_pass_left_in_its_state_waits_until_it_changes(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """A pass that assessed the table after it ran remembers the state it left (here the
+    table's state now, as a run whose optimize could not help would): no new run until the
+    table changes."""
+    requested = _by_table(_tick(lh, instance))
+    for table, operation in ((BUSY, "optimize"), (OLD, "expire_snapshots")):
+        _memory(lh).record_pass(
+            PassRecord(
+                table,
+                "run-x",
+                (OperationAttempt(operation, "completed"),),
+                requested=(operation,),
+                still_due={operation: "still due"},
+                settled_state=requested[table][1].state,
+            ),
+            backoff=timedelta(minutes=1),
+            backoff_max=timedelta(hours=1),
+        )
     settled = _tick(lh, instance)
     assert not settled.run_requests
-    assert "unchanged since a run that succeeded on that state" in str(
+    assert "2 due tables wait, unchanged since a pass left them so" in str(
         settled.skip_reason.skip_message
     )
     lh.table(BUSY).append(batch(500_000, ("api",)))
-    [changed] = _tick(lh, instance).run_requests
-    assert changed.tags[STATE_TAG] != first.tags[STATE_TAG]
-    assert changed.run_key is not None and changed.run_key.endswith(":0")
-
-
-def test_a_failed_batch_counts_against_each_of_its_tables(
-    lh: Lakehouse, instance: dg.DagsterInstance
-) -> None:
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, OLD, IDLE])
-    job = defs.resolve_job_def(BATCH_JOB)
-    for _ in range(2):  # the same two-table batch failed twice in a row
-        [request] = _tick(lh, instance).run_requests
-        assert len(_entries(request)) == 2
-        instance.create_run_for_job(
-            job,
-            run_config=request.run_config,
-            tags=request.tags,
-            status=dg.DagsterRunStatus.FAILURE,
-        )
-
-    waiting = _tick(lh, instance)
-
-    assert not waiting.run_requests
-    message = str(waiting.skip_reason.skip_message)
-    assert (
-        f"{BUSY} (its last 2 runs failed" in message and f"{OLD} (its last 2 runs failed" in message
-    )
+    with lh.table(BUSY).transaction() as transaction:
+        transaction.set_properties({"icegate.health.min_interval": "1s"})
+    time.sleep(1.1)
+    assert _tables(_tick(lh, instance)) == {BUSY}
 
 
 def test_a_healthy_lakehouse_gets_no_run_and_its_health_is_still_recorded(
@@ -309,7 +339,6 @@ def test_a_healthy_lakehouse_gets_no_run_and_its_health_is_still_recorded(
     lh = lakehouse_factory()
     lh.add_table(IDLE, appends=1)
     lh.add_table("lakehouse.idle2", appends=1)
-    instance.add_dynamic_partitions(iceberg_tables.name, [IDLE, "lakehouse.idle2"])
 
     result = _tick(lh, instance)
 
@@ -318,25 +347,27 @@ def test_a_healthy_lakehouse_gets_no_run_and_its_health_is_still_recorded(
     health = _health(result)
     assert health["tables"] == 2 and health["unhealthy_tables"] == 0
     assert health["mean_score"] == 100.0 and health["tables_due"] == 0
+    # Nothing changed: no lakehouse_health again (until the hour is up), no page events.
+    quiet = _tick(lh, instance, result.cursor)
+    assert quiet.asset_events == []
 
 
-def test_an_evaluation_out_of_time_resumes_at_the_next_table(
+def test_a_look_out_of_time_resumes_at_the_next_table(
     lh: Lakehouse, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import icegate_dagster.sensors as sensors
+    monkeypatch.setattr(health_sensor, "LOOK_SHARE", 0.0)  # one table per tick
 
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, IDLE, OLD])
-    monkeypatch.setattr(sensors, "ASSESS_SECONDS", 0.0)  # one table per evaluation
-
-    seen, cursor = [], None
+    cursor, assessed, resumed = None, [], []
     for _ in range(4):
         result = _tick(lh, instance, cursor)
-        health = _health(result)
-        assert health["tables"] == 3 and health["tables_assessed"] == 1
-        seen.append(health["least_healthy"].splitlines()[2].split(" | ")[0].lstrip("| "))
-        cursor = result.cursor
-    # Round robin in name order, wrapping around.
-    assert seen == [BUSY, IDLE, OLD, BUSY]
+        health = [e for e in result.asset_events if e.asset_key == LAKEHOUSE_HEALTH]
+        if health:
+            assessed.append(health[0].metadata["tables_assessed"].value)
+        cursor = result.cursor or cursor
+        resumed.append(health_sensor.HealthCursor.parse(cursor).resume_at)
+    # One more table a tick, in name order; then every table has its look and none waits.
+    assert assessed == [1, 2, 3]
+    assert resumed == [IDLE, OLD, None, None]
 
 
 def test_materializing_lakehouse_health_assesses_every_table_now(
@@ -355,33 +386,3 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert metadata["least_healthy"].splitlines()[2].startswith(f"| {BUSY} |")
     recorded = instance.fetch_materializations(LAKEHOUSE_HEALTH, limit=1).records
     assert recorded and recorded[0].run_id == result.run_id
-
-
-def _run_record(run_id: str, status: dg.DagsterRunStatus, state: str, end: float) -> SensorRun:
-    run = dg.DagsterRun(job_name=BATCH_JOB, run_id=run_id, status=status)
-    stamp = datetime.fromtimestamp(end, UTC)
-    record = dg.RunRecord(
-        storage_id=1,
-        dagster_run=run,
-        create_timestamp=stamp,
-        update_timestamp=stamp,
-        start_time=end - 5,
-        end_time=end,
-    )
-    return SensorRun(record, state)
-
-
-def test_a_run_another_maintainer_kept_from_its_table_settles_nothing() -> None:
-    done = [_run_record("r1", dg.DagsterRunStatus.SUCCESS, "s1", 100.0)]
-    assert trigger_history(done, {}, "s1")[2] == "run r1 already succeeded on this table state"
-    # Its operations were skipped (the table was held elsewhere): the work may still be due.
-    failures, attempts, settled = trigger_history(done, {}, "s1", frozenset({"r1"}))
-    assert (failures, attempts, settled) == (None, 1, None)
-    # Two failures in a row, newest first: counted, with the newest end.
-    failed = [
-        _run_record("r3", dg.DagsterRunStatus.FAILURE, "s1", 300.0),
-        _run_record("r2", dg.DagsterRunStatus.SUCCESS, "s1", 200.0),
-        *done,
-    ]
-    counted, _, _ = trigger_history(failed, {"r2": 1}, "s1")
-    assert counted == (2, datetime.fromtimestamp(300.0, UTC))

@@ -17,7 +17,6 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.lakehouse_health import LAKEHOUSE_HEALTH
 from icegate_dagster.assets.partition_events import (
     ASSESSMENT_SOURCE,
     CLI_RUN_TAG,
@@ -25,17 +24,19 @@ from icegate_dagster.assets.partition_events import (
     MAINTAINED_TABLE,
     SOURCE_TAG,
 )
+from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
+from icegate_dagster.automation.runs import CLI_PASS_JOB
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import CLI_PASS_JOB
 from tests.dagster.conftest import (
     BUSY,
     IDLE,
     OLD,
     health_lakehouse,
     health_tick,
+    launch,
     run_maintenance,
     run_request,
 )
@@ -44,6 +45,8 @@ from tests.webserver import graphql, make_dagster_home, running_webserver
 
 MIN_SCORE = 70.0  # BUSY (6 small files a partition, due at 5) scores 60: unhealthy
 BUSY2 = "lakehouse.busy2"
+#: 3 small files a partition: not due (5), scoring about 80, healthy under MIN_SCORE.
+MID = "lakehouse.mid"
 STATUS_QUERY = """
 { assetNodes(assetKeys: [{path: ["maintained_table"]}]) {
     assetPartitionStatuses {
@@ -101,7 +104,8 @@ def test_health_is_recorded_per_table_when_it_changes_and_never_per_tick(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     lh.add_table(BUSY2, appends=6)  # as unhealthy as BUSY, after it in the budget's order
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, BUSY2, IDLE, OLD])
+    lh.add_table(MID, appends=3)
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, BUSY2, IDLE, MID, OLD])
     resource = _resource(lh)
 
     first, cursor = health_tick(instance, resource, None)
@@ -111,7 +115,7 @@ def test_health_is_recorded_per_table_when_it_changes_and_never_per_tick(
     # not, so none is "Missing" and each page says how healthy it is.
     assert [t["table"] for r in first.run_requests or [] for t in _tables(r)] == [BUSY]
     events = _per_table(first)
-    assert set(events) == {BUSY2, IDLE, OLD}
+    assert set(events) == {BUSY2, IDLE, MID, OLD}
     for key, event in events.items():
         assert isinstance(event, dg.AssetMaterialization)
         assert event.tags[SOURCE_TAG] == ASSESSMENT_SOURCE
@@ -123,33 +127,43 @@ def test_health_is_recorded_per_table_when_it_changes_and_never_per_tick(
     assert busy["healthy"] is False and busy["due_operations"] == "optimize"
     assert "6 small files" in busy["why"] and busy["health_score"] < MIN_SCORE
     assert idle["healthy"] is True and idle["due_operations"] == "none"
-    status = instance.get_status_by_partition(MAINTAINED_TABLE, [BUSY2, IDLE, OLD], iceberg_tables)
+    status = instance.get_status_by_partition(
+        MAINTAINED_TABLE, [BUSY2, IDLE, MID, OLD], iceberg_tables
+    )
     assert status is not None and None not in status.values()
 
-    # Nothing changed: nothing is recorded, per table or for the lakehouse. (An assessment
-    # is not maintenance: BUSY2 waits for the budget, not for min_interval.)
+    # The daemon queues BUSY's run. Nothing changed: nothing is recorded, per table or for
+    # the lakehouse. (An assessment is not maintenance: BUSY2 waited for the budget, not
+    # for min_interval, and its turn comes now.)
+    [busy_request] = first.run_requests or []
+    busy_run = launch(instance, busy_request)
     second, cursor = health_tick(instance, resource, cursor)
     assert second.asset_events == []
+    [busy2_request] = second.run_requests or []
+    assert [t["table"] for t in _tables(busy2_request)] == [BUSY2]
+    launch(instance, busy2_request)
 
-    # OLD's own threshold rises above its score: exactly one event, an observation of its
-    # new verdict, which its page now shows first.
-    with lh.table(OLD).transaction() as change:
+    # MID's own threshold rises above its score: exactly one event, an observation of its
+    # new verdict, which its page now shows first. (OLD's turn comes: its run is queued.)
+    with lh.table(MID).transaction() as change:
         change.set_properties({"icegate.health.min_score": "90"})
     third, cursor = health_tick(instance, resource, cursor)
     [(key, changed)] = _per_table(third).items()
-    assert key == OLD and isinstance(changed, dg.AssetObservation)
-    assert _page(instance, OLD)["healthy"] is False
+    assert key == MID and isinstance(changed, dg.AssetObservation)
+    assert _page(instance, MID)["healthy"] is False
     assert "fails below 90" in (changed.description or "")
     assert [e for e in third.asset_events if e.asset_key == LAKEHOUSE_HEALTH]
+    [old_request] = third.run_requests or []
+    assert [t["table"] for t in _tables(old_request)] == [OLD]
+    launch(instance, old_request)
 
     # The run maintains BUSY and records its health: the sensor repeats none of it, and
-    # BUSY's page shows the run's verdict. (BUSY2, requested now, gets nothing either.)
-    [request] = third.run_requests or []
-    assert [t["table"] for t in _tables(request)] == [BUSY]
-    assert run_request(request, lh, instance).success
+    # BUSY's page shows the run's verdict. (BUSY2, whose run waits, gets nothing either.)
+    instance.report_run_canceled(busy_run)  # executed here in its stead
+    assert run_request(busy_request, lh, instance).success
     fourth, cursor = health_tick(instance, resource, cursor)
     assert _per_table(fourth) == {}
-    assert [t["table"] for r in fourth.run_requests or [] for t in _tables(r)] == [BUSY2]
+    assert not fourth.run_requests
     assert _page(instance, BUSY)["healthy"] is True
 
 

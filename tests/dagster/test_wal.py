@@ -1,18 +1,22 @@
-"""WAL in Dagster: the size sensor requests only tables over threshold, once per backlog;
-a run ingests the WAL and reports it as metadata and in the ``wal_backlog`` check."""
+"""WAL in Dagster: the size sensor requests only tables over threshold, never while a run
+covers the table, with a new run key for each new decision, backing off ingests that keep
+failing (also inside runs that succeed); a run ingests the WAL and reports it as metadata
+and in the ``wal_backlog`` check."""
 
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
 import pytest
 
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.automation.runs import BATCH_JOB, BatchEntry, batch_entries
+from icegate_dagster.automation.wal_sensor import BACKLOG_TAG, wal_size_sensor
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import BATCH_JOB, BatchEntry, batch_entries
-from icegate_dagster.sensors import BACKLOG_TAG, wal_size_sensor
 from tests.dagster.conftest import resources_for, run_request
 from tests.integration.test_wal_compaction import fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory
@@ -38,6 +42,14 @@ def _tick(lh: Lakehouse, instance: dg.DagsterInstance) -> Any:
     return wal_size_sensor(context)
 
 
+def _skip(result: Any) -> str:
+    """Why a tick asked for nothing."""
+    if isinstance(result, dg.SkipReason):
+        return str(result.skip_message)
+    assert isinstance(result, dg.SensorResult) and not result.run_requests, result
+    return str(result.skip_reason.skip_message if result.skip_reason else "")
+
+
 def _entries(request: dg.RunRequest) -> list[BatchEntry]:
     return batch_entries(
         dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
@@ -58,13 +70,11 @@ def _run(instance: dg.DagsterInstance, request: dg.RunRequest, status: dg.Dagste
     )
 
 
-def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
+def test_sensor_requests_only_tables_over_threshold_and_a_new_key_for_each_decision(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
-    skipped = _tick(lh, instance)
-    assert isinstance(skipped, dg.SkipReason)
-    assert "no WAL over its thresholds" in str(skipped.skip_message)
+    assert "no WAL over its thresholds" in _skip(_tick(lh, instance))
 
     fill_wal(lh, files=5)  # logs: over min_files
     lh.write_wal(SPANS, lh.table(SPANS).scan().to_arrow().slice(0, 3), "only-one.parquet")
@@ -75,13 +85,16 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     [entry] = _entries(request)
     assert entry.table == LOGS and entry.operations == ("wal_compaction",)
     assert request.tags[BACKLOG_TAG] == entry.state
+    assert request.run_key == f"wal:{LOGS}:1"
 
-    # More files while that run waits: the same backlog, the same run_key (no duplicate).
+    # More files while that run waits: nothing more is asked.
+    queued = _run(instance, request, dg.DagsterRunStatus.NOT_STARTED)
     fill_wal(lh, files=7)
-    again = _tick(lh, instance)
-    assert [r.run_key for r in again.run_requests] == [request.run_key]
+    assert queued.run_id in _skip(_tick(lh, instance))
 
-    # A run for it failed: the backlog is still there, so the next tick tries again.
+    # The run failed before it recorded the table (its config named no operation it has):
+    # counted as one failed ingest, retried at once under a new key.
+    instance.report_run_canceled(queued)
     failed = defs.resolve_job_def(BATCH_JOB).execute_in_process(
         instance=instance,
         run_config={
@@ -106,17 +119,17 @@ def test_sensor_requests_only_tables_over_threshold_and_never_twice_per_backlog(
     assert not failed.success
     retry = _tick(lh, instance)
     assert _tables(retry) == [LOGS]
-    assert retry.run_requests[0].run_key != request.run_key
+    assert retry.run_requests[0].run_key == f"wal:{LOGS}:2"
 
-    # Once the backlog is ingested, a new one gets a new key.
+    # Once the backlog is ingested (a CLI pass, remembered like a run), nothing is due; a
+    # new backlog gets a new key.
     Maintainer(lh.config).maintain_table(TableRef.parse(LOGS), ["wal_compaction"])
-    assert _tick(lh, instance).__class__ is dg.SkipReason
-    lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), "z-1.parquet")
-    for i in range(2, 5):
+    assert "no WAL over its thresholds" in _skip(_tick(lh, instance))
+    for i in range(1, 5):
         lh.write_wal(LOGS, lh.table(LOGS).scan().to_arrow().slice(0, 2), f"z-{i}.parquet")
     later = _tick(lh, instance)
     assert _tables(later) == [LOGS]
-    assert later.run_requests[0].run_key != request.run_key
+    assert later.run_requests[0].run_key == f"wal:{LOGS}:3"
 
 
 def test_sensor_run_ingests_the_wal_and_records_it(
@@ -199,10 +212,9 @@ def test_sensor_leaves_a_table_to_a_queued_batch_run_that_covers_it(
         status=dg.DagsterRunStatus.NOT_STARTED,
     )
 
-    covered = _tick(lh, instance)
+    covered = _skip(_tick(lh, instance))
 
-    assert isinstance(covered, dg.SkipReason)
-    assert LOGS in str(covered.skip_message) and batch.run_id in str(covered.skip_message)
+    assert LOGS in covered and batch.run_id in covered
 
     # Once that run is over, the backlog gets its own run again.
     instance.report_run_canceled(batch)
@@ -210,20 +222,37 @@ def test_sensor_leaves_a_table_to_a_queued_batch_run_that_covers_it(
     assert _tables(again) == [LOGS]
 
 
-def test_sensor_backs_off_a_backlog_whose_runs_keep_failing(
+def test_sensor_backs_off_an_ingest_that_keeps_failing_inside_successful_runs(
     lh: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
+    """The run succeeds, its wal_compaction on the table fails (as the run's record keeps it
+    in the trigger's memory): the second failure in a row backs off, with the error. An
+    ingest skipped because another maintainer held the table is no failure."""
     instance.add_dynamic_partitions(iceberg_tables.name, [LOGS, SPANS])
     fill_wal(lh, files=5)
-    [request] = _tick(lh, instance).run_requests
-    for _ in range(3):  # three attempts at this backlog failed, the last one just now
-        _run(instance, request, dg.DagsterRunStatus.FAILURE)
+    memory = Maintainer(lh.config).memory
+    assert memory is not None
 
-    backing_off = _tick(lh, instance)
+    def ingest(status: str, **how: Any) -> None:
+        [request] = _tick(lh, instance).run_requests
+        memory.record_pass(
+            PassRecord(
+                LOGS,
+                "run",
+                (OperationAttempt("wal_compaction", status, **how),),
+                requested=("wal_compaction",),
+            ),
+            backoff=timedelta(minutes=1),
+            backoff_max=timedelta(hours=1),
+        )
 
-    assert isinstance(backing_off, dg.SkipReason)
-    message = str(backing_off.skip_message)
-    assert f"{LOGS} (3 failed runs; next attempt after" in message
+    ingest("skipped", held_elsewhere=True, error="held by another maintainer")
+    ingest("failed", error="Py4JJavaError: staging branch vanished")
+    ingest("failed", error="Py4JJavaError: staging branch vanished")
+
+    message = _skip(_tick(lh, instance))
+    assert f"{LOGS} (wal_compaction failed 2 times in a row; next attempt after" in message
+    assert "staging branch vanished" in message
 
 
 def test_backlogs_due_at_one_tick_share_one_run_and_each_is_ingested(
@@ -255,4 +284,4 @@ def test_backlogs_due_at_one_tick_share_one_run_and_each_is_ingested(
         metadata = record.asset_materialization.metadata  # type: ignore[union-attr]
         assert metadata["wal_files_ingested"].value == files
         assert "optimize_status" not in metadata
-    assert isinstance(_tick(lh, instance), dg.SkipReason)
+    assert "no WAL over its thresholds" in _skip(_tick(lh, instance))

@@ -39,12 +39,12 @@ from icegate_dagster.assets.partition_events import (
     MAINTAINED_TABLE,
     SOURCE_TAG,
 )
+from icegate_dagster.automation.runs import BATCH_JOB, UNFINISHED, batch_entries
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import assess_table
 from icegate_dagster.maintenance.wal import wal_stats
 from icegate_dagster.partitions import ICEBERG_TABLES
-from icegate_dagster.runs import BATCH_JOB, UNFINISHED, batch_entries
 from tests.integration.test_wal_compaction import wal_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 from tests.servers import ServerProcess, free_port, http_answers, process_tree, wait_until

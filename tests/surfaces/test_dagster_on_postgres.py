@@ -89,10 +89,10 @@ def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgr
     """The health sensor's request, run on the production instance: one run, each table its
     own materialization and checks, stored in PostgreSQL; the run carries the tag the
     instance's limit on maintenance runs counts."""
+    from icegate_dagster.automation.health_sensor import table_health_sensor
+    from icegate_dagster.automation.runs import MAINTENANCE_TAG
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
-    from icegate_dagster.runs import MAINTENANCE_TAG
-    from icegate_dagster.sensors import table_health_sensor
     from tests.dagster.conftest import run_request
 
     tables = ["lakehouse.batch_a", "lakehouse.batch_b"]  # never maintained on this instance
@@ -135,10 +135,10 @@ def test_cli_passes_and_the_health_sensors_records_on_the_deploy_instance(
     """Two CLI passes over one table, recorded in PostgreSQL as two runs whose check
     evaluations each judge that pass's materialization; then the health sensor's ticks,
     stored as the daemon stores them, record a table's change of health once."""
+    from icegate_dagster.automation.runs import CLI_PASS_JOB
     from icegate_dagster.cli import run_cli
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
-    from icegate_dagster.runs import CLI_PASS_JOB
     from tests.dagster.conftest import health_tick
 
     table, idle = "lakehouse.cli_pg", "lakehouse.idle_pg"

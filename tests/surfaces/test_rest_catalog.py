@@ -32,8 +32,19 @@ import pytest
 import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 
-from icegate_dagster.assets.lakehouse_health import LAKEHOUSE_HEALTH
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
+from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
+from icegate_dagster.automation.health_sensor import table_health_sensor
+from icegate_dagster.automation.runs import (
+    BATCH_JOB,
+    HEALTH_SENSOR,
+    TRIGGER_TAG,
+    BatchEntry,
+    batch_entries,
+    batch_run_config,
+)
+from icegate_dagster.automation.wal_sensor import wal_size_sensor
 from icegate_dagster.config import IcegateConfig, config_from_dict, load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
@@ -42,15 +53,6 @@ from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
 from icegate_dagster.maintenance.orphans.listing import orphan_candidates
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.runs import (
-    BATCH_JOB,
-    HEALTH_SENSOR,
-    TRIGGER_TAG,
-    BatchEntry,
-    batch_entries,
-    batch_run_config,
-)
-from icegate_dagster.sensors import iceberg_table_discovery, table_health_sensor, wal_size_sensor
 from icegate_dagster.spark_session import build_spark_conf, iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch
 from tests.lease_holder import beating_in_another_process, held_by_another_process

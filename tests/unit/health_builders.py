@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from icegate_dagster.maintenance.health.score import DueOperation, HealthMetrics, TableHealth
+from icegate_dagster.maintenance.health.summary import HealthSummary
 
 MB = 1024**2
 
@@ -45,4 +46,20 @@ def health(
         metrics=metrics(table, **figures),
         work_bytes=work_bytes,
         thresholds={"min_score": 50.0},
+    )
+
+
+def summary(
+    table: str,
+    score: float = 100.0,
+    due: tuple[str, ...] = (),
+    work_bytes: int = 0,
+    *,
+    min_score: float = 50.0,
+    min_interval_s: float = 120.0,
+    **figures: int,
+) -> HealthSummary:
+    """A table's health as the trigger keeps it (see ``health``)."""
+    return HealthSummary.of(
+        health(table, score, due, work_bytes, **figures), min_score, min_interval_s
     )

@@ -1,72 +1,35 @@
-"""The health sensor's memory between ticks, and how it reads what a partition shows."""
+"""The health sensor's cursor (a position, whatever the lakehouse's size) and the shown
+states a partition page is compared with."""
 
-import dagster as dg
-
-from icegate_dagster.assets.health_events import (
-    UNASSESSED,
-    HealthCursor,
-    error_state,
-    recorded_state,
-    state_of,
-    table_key,
-)
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.automation.health_sensor import HealthCursor
+from icegate_dagster.maintenance.trigger.records import error_state, shown_state
 
 
-def test_the_cursor_round_trips_and_an_older_cursor_is_where_to_resume() -> None:
-    cursor = HealthCursor(
-        resume_at="lakehouse.b",
-        after=42,
-        shown={table_key("lakehouse.a"): state_of(True, []), table_key("lakehouse.c"): "000000"},
-        unmaterialized={table_key("lakehouse.c")},
-        lakehouse="abcd1234",
-        lakehouse_at=1.5,
-    )
+def test_the_cursor_round_trips_and_stays_the_same_size_for_any_lakehouse() -> None:
+    cursor = HealthCursor(resume_at="lakehouse.b", lakehouse="abcd1234ef00", lakehouse_at=1.5)
     assert HealthCursor.parse(cursor.serialize()) == cursor
-    # Packed: 16 characters a shown table, whatever the length of its name.
-    assert len(cursor.serialize()) < 200
-    # Before issue 22 the cursor was only the table to resume at.
-    assert HealthCursor.parse("lakehouse.b") == HealthCursor(resume_at="lakehouse.b")
+    # Dagster stores the cursor with every tick: it holds a position and a digest, never a
+    # table's state (those are in the trigger's memory).
+    longest = HealthCursor(
+        resume_at="n" * 255 + "." + "t" * 255, lakehouse="f" * 12, lakehouse_at=4_102_444_800.125
+    )
+    assert len(longest.serialize()) < 600
     assert HealthCursor.parse(None) == HealthCursor()
     assert HealthCursor.parse("") == HealthCursor()
+    # Older cursors (a table name, or the per-table form before issue 27) start afresh
+    # without failing the tick.
+    assert HealthCursor.parse("lakehouse.b") == HealthCursor()
+    assert HealthCursor.parse('{"after": 3, "shown": "abc"}') == HealthCursor()
+    assert HealthCursor.parse('{"lakehouse_at": "x"}') == HealthCursor()
 
 
-def test_a_state_is_the_verdict_and_the_due_operations_as_any_event_shows_them() -> None:
-    unhealthy = state_of(False, ["optimize", "expire_snapshots"])
-    assert unhealthy != state_of(True, ["optimize", "expire_snapshots"])
-    assert unhealthy != state_of(False, ["optimize"])
-    assert error_state("gone") != error_state("locked") != state_of(False, [])
-
-    # A run's materialization and the sensor's observation carry the same keys.
-    materialization = dg.AssetMaterialization(
-        asset_key=MAINTAINED_TABLE,
-        partition="lakehouse.a",
-        metadata={
-            "healthy": False,
-            "health_score": 40.0,
-            "due_operations": "optimize, expire_snapshots",
-        },
+def test_a_state_is_the_verdict_and_the_due_operations_as_any_record_shows_them() -> None:
+    unhealthy = shown_state(False, ["optimize", "expire_snapshots"])
+    assert unhealthy == shown_state(False, ("optimize", "expire_snapshots"))
+    assert unhealthy != shown_state(True, ["optimize", "expire_snapshots"])
+    assert unhealthy != shown_state(False, ["optimize"])
+    assert error_state("gone") != error_state("locked") != shown_state(False, [])
+    # An error that only words itself differently (a port, an id) is one state.
+    assert error_state("refused on port 8181 (req 17)") == error_state(
+        "refused on port 8182 (req 93)"
     )
-    observation = dg.AssetObservation(
-        asset_key=MAINTAINED_TABLE,
-        partition="lakehouse.a",
-        metadata={"healthy": True, "health_score": 99.0, "due_operations": "none"},
-    )
-    assert recorded_state(materialization) == unhealthy
-    assert recorded_state(observation) == state_of(True, [])
-    # An unreadable table's observation names its state itself; an event without a
-    # verdict (an older run's) says nothing.
-    error = dg.AssetObservation(
-        asset_key=MAINTAINED_TABLE,
-        partition="lakehouse.a",
-        metadata={"healthy": False, "state": error_state("gone")},
-    )
-    assert recorded_state(error) == error_state("gone")
-    bare = dg.AssetMaterialization(asset_key=MAINTAINED_TABLE, partition="lakehouse.a")
-    assert recorded_state(bare) is None and recorded_state(None) is None
-    # A pass whose table could not be assessed (healthy false, no score) is not "unhealthy
-    # with nothing due".
-    unassessed = dg.AssetMaterialization(
-        asset_key=MAINTAINED_TABLE, partition="lakehouse.a", metadata={"healthy": False}
-    )
-    assert recorded_state(unassessed) == UNASSESSED != state_of(False, [])

@@ -13,8 +13,7 @@ from icegate_dagster.config import load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.discovery import table_locations
-from icegate_dagster.maintenance.wal import list_wal_files, wal_location, wal_stats
-from icegate_dagster.sensors import wal_backlogs
+from icegate_dagster.maintenance.wal import list_wal_files, wal_backlogs, wal_location, wal_stats
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory, batch
 
 
@@ -67,8 +66,13 @@ def test_wal_sensor_lists_nothing_outside_the_wal_root(
     outside.write_bytes(b"PAR1")
     (lh.root / "wal").mkdir()
     lh.wal_dir("lakehouse.logs")
-    backlogs = wal_backlogs(lh.config, ["lakehouse.logs", "...", "lakehouse.a/../../lakehouse"])
-    assert sorted(backlogs) == ["lakehouse.logs"]
+    assert lh.config.wal_root is not None
+    refs = [TableRef("lakehouse", "logs"), TableRef("..", "lakehouse"), TableRef("lakehouse", "..")]
+    backlogs, refused = wal_backlogs(lh.config.wal_root, refs)
+    assert backlogs == {"lakehouse.logs": wal_stats(lh.config.wal_root, refs[0])}
+    assert backlogs["lakehouse.logs"].files == 0  # the file above the root is never counted
+    assert sorted(refused) == ["...lakehouse", "lakehouse..."]
+    assert all("would not be one folder under wal.root" in why for why in refused.values())
 
 
 def _wal_inside_table(lakehouse_factory: LakehouseFactory) -> tuple[Lakehouse, str]:

@@ -5,7 +5,7 @@
 - :mod:`.stats`: :class:`~icegate_dagster.maintenance.results.TableStats` (files, bytes,
   rows, small files, snapshots, manifests) for before/after figures;
 - :mod:`.score`: the health score from 0 to 100 and the due operations, with why;
-- :mod:`.selection`: which due tables the trigger maintains now, and why the rest wait;
+- :mod:`.summary`: a table's health in the few figures the trigger keeps between looks;
 - :mod:`.checks`: a table's asset checks after a pass.
 
 May import: ``config``, ``errors``, :mod:`..results`, :mod:`..ops` (the gates and plans

@@ -10,7 +10,7 @@ from icegate_dagster.maintenance.results import TableResult
 from icegate_dagster.maintenance.wal import WalStats
 
 if TYPE_CHECKING:
-    from icegate_dagster.maintenance.health.score import TableHealth
+    from icegate_dagster.maintenance.health.summary import Assessed
 
 CHECK_NAMES = (
     "rows_preserved",
@@ -148,15 +148,28 @@ def evaluate_health(
 
 
 def health_score_check(
-    health: TableHealth | None, min_score: float, error: str | None = None
+    health: Assessed | None, min_score: float, error: str | None = None
 ) -> CheckOutcome:
-    """The ``healthy`` check: the table's health score after the pass is at least its
-    ``health.min_score``; a table that could not be assessed fails it with the error."""
+    """The ``healthy`` check: the table's health score is at least its ``health.min_score``;
+    a table that could not be assessed fails it with the error."""
     if health is None:
         why = error or "the table could not be assessed"
         return CheckOutcome("healthy", False, why, {"error": why, "min_score": min_score})
     due = [f"{d.operation}: {d.reason}" for d in health.due]
-    metrics = health.metrics
+    figures = health.figures()
+    shown = (
+        "data_files",
+        "small_files",
+        "worst_partition_small_files",
+        "delete_files",
+        "manifests",
+        "small_manifests",
+        "snapshots",
+        "expirable_snapshots",
+        "wal_files",
+        "wal_bytes",
+        "work_bytes",
+    )
     return CheckOutcome(
         "healthy",
         health.score >= min_score,
@@ -169,20 +182,6 @@ def health_score_check(
             "due_operations": list(health.due_operations),
             "due": [{"operation": d.operation, "reason": d.reason} for d in health.due],
             # The figures the score and the due rules read (table metadata, WAL folder).
-            "figures": {
-                "data_files": metrics.data_files,
-                "small_files": metrics.small_files,
-                "worst_partition_small_files": metrics.worst_partition_small_files,
-                "delete_files": metrics.position_delete_files
-                + metrics.equality_delete_files
-                + metrics.deletion_vectors,
-                "manifests": metrics.manifests,
-                "small_manifests": metrics.small_manifests,
-                "snapshots": metrics.snapshots,
-                "expirable_snapshots": metrics.expirable_snapshots,
-                "wal_files": metrics.wal_files,
-                "wal_bytes": metrics.wal_bytes,
-                "work_bytes": health.work_bytes,
-            },
+            "figures": {name: figures[name] for name in shown},
         },
     )

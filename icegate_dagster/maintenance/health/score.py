@@ -269,6 +269,29 @@ class TableHealth:
         """Why ``operation`` is due; None when it is not."""
         return next((d.reason for d in self.due if d.operation == operation), None)
 
+    def figures(self) -> dict[str, int]:
+        """The figures the ``healthy`` check, an assessment and the lakehouse's totals show
+        (``summary.FIGURES``)."""
+        m = self.metrics
+        return {
+            "data_files": m.data_files,
+            "data_bytes": m.data_bytes,
+            "rows": m.rows,
+            "small_files": m.small_files,
+            "worst_partition_small_files": m.worst_partition_small_files,
+            "delete_files": m.delete_files,
+            "position_delete_files": m.position_delete_files,
+            "equality_delete_files": m.equality_delete_files,
+            "deletion_vectors": m.deletion_vectors,
+            "manifests": m.manifests,
+            "small_manifests": m.small_manifests,
+            "snapshots": m.snapshots,
+            "expirable_snapshots": m.expirable_snapshots,
+            "wal_files": m.wal_files,
+            "wal_bytes": m.wal_bytes,
+            "work_bytes": self.work_bytes,
+        }
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict, for JSON output and metadata (instants as ISO 8601 text)."""
         data = asdict(self) | {"need": self.need, "due_operations": list(self.due_operations)}
@@ -396,6 +419,20 @@ def collect_metrics(
         manifests_after_rewrite=figures.manifests_after_rewrite,
         format_version=int(table.metadata.format_version),
     )
+
+
+def next_look_at(table: Table, settings: TableSettings, now: datetime) -> datetime | None:
+    """When the table's health may change with no commit: the next instant one of its
+    snapshots grows older than ``expire_snapshots.retention_threshold`` (the expirable
+    count, and so the score and ``expire_snapshots``' due rule, depend on time alone).
+    None: no snapshot will cross it."""
+    retention = settings.expire_snapshots.retention_threshold
+    crossings = [
+        _instant(s.timestamp_ms) + retention
+        for s in table.metadata.snapshots
+        if _instant(s.timestamp_ms) + retention > now
+    ]
+    return min(crossings) if crossings else None
 
 
 # --- assessing --------------------------------------------------------------------------

@@ -20,8 +20,8 @@ that the lease is still its own (:func:`check_lease`).
 
 The same store keeps a **heartbeat per Dagster run** (table ``icegate_run_heartbeats``):
 a run renews its row for as long as its process lives, whether or not it holds a table
-just then. A run that Dagster still calls ``STARTED`` but whose heartbeat and table
-leases all ran out has no process behind it (:meth:`TableLocks.run_liveness`).
+just then, through store errors too; the row names the process (:mod:`.process`), so a
+healer on the same host can ask whether it still runs (:meth:`TableLocks.run_liveness`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from icegate_dagster.errors import IcegateError
+from icegate_dagster.maintenance.leases.process import process_identity
+from icegate_dagster.maintenance.sql_store import create_tables, db_now, engine_for, epoch_type
 
 LEASE_TABLE = "icegate_table_leases"
 HEARTBEAT_TABLE = "icegate_run_heartbeats"
@@ -49,26 +51,12 @@ HEARTBEAT_KEPT = timedelta(days=1)
 DEFAULT_LEASE = timedelta(minutes=2)
 #: A holder that has held a table this long is reported as stuck instead of waited for.
 DEFAULT_STUCK_AFTER = timedelta(hours=6)
+#: A run's first heartbeat is retried this long before the run's set-up fails.
+FIRST_BEAT_WITHIN = timedelta(seconds=30)
 
 
 class LeaseLostError(IcegateError):
     """The table's lease is no longer ours: the operation stops before it commits."""
-
-
-def _db_now(dialect: str) -> Any:
-    """The database's current time in epoch seconds, as a SQL expression."""
-    from sqlalchemy import literal_column
-
-    if dialect == "sqlite":
-        return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
-    if dialect == "postgresql":
-        return literal_column("extract(epoch from clock_timestamp())")
-    if dialect in ("mysql", "mariadb"):
-        return literal_column("UNIX_TIMESTAMP(NOW(6))")
-    raise IcegateError(
-        f"maintain.locks.uri: the {dialect!r} database cannot keep leases "
-        "(supported: sqlite, postgresql, mysql)"
-    )
 
 
 def holder_description(run_id: str) -> str:
@@ -200,12 +188,12 @@ class TableLocks:
         lease: timedelta = DEFAULT_LEASE,
         stuck_after: timedelta = DEFAULT_STUCK_AFTER,
     ) -> None:
-        from sqlalchemy import Column, Float, MetaData, String, Table
+        from sqlalchemy import Column, MetaData, String, Table
 
         self.engine = engine
         self.lease = lease
         self.stuck_after = stuck_after
-        self.now = _db_now(engine.dialect.name)
+        self.now = db_now(engine.dialect.name)
         metadata = MetaData()
         self.table = Table(
             LEASE_TABLE,
@@ -213,8 +201,8 @@ class TableLocks:
             Column("table_name", String(512), primary_key=True),
             Column("token", String(64), nullable=False),
             Column("holder", String(512), nullable=False),
-            Column("acquired_at", Float, nullable=False),
-            Column("expires_at", Float, nullable=False),
+            Column("acquired_at", epoch_type(), nullable=False),
+            Column("expires_at", epoch_type(), nullable=False),
         )
         self.heartbeats = Table(
             HEARTBEAT_TABLE,
@@ -222,18 +210,13 @@ class TableLocks:
             Column("token", String(64), primary_key=True),
             Column("run_id", String(128), nullable=False, index=True),
             Column("holder", String(512), nullable=False),
-            Column("started_at", Float, nullable=False),
-            Column("expires_at", Float, nullable=False),
+            Column("started_at", epoch_type(), nullable=False),
+            Column("expires_at", epoch_type(), nullable=False),
+            # Which process beats (see ``process.process_identity``): the healer asks the
+            # host whether it still runs before it fails a run.
+            Column("process", String(512), nullable=True),
         )
-        try:
-            metadata.create_all(engine, checkfirst=True)
-        except Exception:
-            # Another process created them between the check and the create: fine if so.
-            from sqlalchemy import inspect
-
-            found = inspect(engine)
-            if not (found.has_table(LEASE_TABLE) and found.has_table(HEARTBEAT_TABLE)):
-                raise
+        create_tables(engine, metadata, (LEASE_TABLE, HEARTBEAT_TABLE))
 
     @classmethod
     def for_catalog(
@@ -257,7 +240,7 @@ class TableLocks:
         if engine is None:
             if uri is None:
                 return None
-            engine = _engine(uri)
+            engine = engine_for(uri)
         return cls(engine, lease, stuck_after)
 
     def _values(self, token: str, holder: str) -> dict[str, Any]:
@@ -385,9 +368,9 @@ class TableLocks:
 
     # -- run heartbeats --------------------------------------------------------------------
 
-    def beat(self, run_id: str, token: str, holder: str) -> None:
+    def beat(self, run_id: str, token: str, holder: str, process: str | None = None) -> None:
         """Start or renew the heartbeat ``token`` of run ``run_id``: alive for one more
-        lease from now (the database's clock)."""
+        lease from now (the database's clock). ``process`` names the beating process."""
         from sqlalchemy import insert, update
 
         expires = self.now + self.lease.total_seconds()
@@ -405,6 +388,7 @@ class TableLocks:
                         holder=holder[:512],
                         started_at=self.now,
                         expires_at=expires,
+                        process=(process or "")[:512] or None,
                     )
                 )
 
@@ -419,24 +403,41 @@ class TableLocks:
                 )
             )
 
+    def live_leases(self) -> dict[str, str]:
+        """Every table a live lease holds now, with its holder (``host:pid:run``)."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(self.table.c.table_name, self.table.c.holder).where(
+                    self.table.c.expires_at >= self.now
+                )
+            ).all()
+        return {str(table): str(holder) for table, holder in rows}
+
     def run_liveness(self, run_ids: Sequence[str]) -> dict[str, RunLiveness]:
-        """What the store says about each run: the latest its heartbeat lasts until, and the
-        tables it holds a live lease on (its lease holders end in ``:<run id>``)."""
-        from sqlalchemy import func, select
+        """What the store says about each run: the latest its heartbeat lasts until and which
+        process beat it, and the tables it holds a live lease on (its lease holders end in
+        ``:<run id>``)."""
+        from sqlalchemy import select
 
         wanted = set(run_ids)
         if not wanted:
             return {}
+        beats: dict[str, tuple[float, str | None]] = {}
         with self.engine.connect() as conn:
             now = float(conn.execute(select(self.now)).scalar_one())
-            beats = {
-                str(run_id): float(until)
-                for run_id, until in conn.execute(
-                    select(self.heartbeats.c.run_id, func.max(self.heartbeats.c.expires_at))
-                    .where(self.heartbeats.c.run_id.in_(sorted(wanted)))
-                    .group_by(self.heartbeats.c.run_id)
-                )
-            }
+            rows = conn.execute(
+                select(
+                    self.heartbeats.c.run_id,
+                    self.heartbeats.c.expires_at,
+                    self.heartbeats.c.process,
+                ).where(self.heartbeats.c.run_id.in_(sorted(wanted)))
+            )
+            for run_id, until, process in rows:
+                latest = beats.get(str(run_id))
+                if latest is None or float(until) > latest[0]:
+                    beats[str(run_id)] = (float(until), process)
             held: dict[str, list[str]] = {}
             for table, holder in conn.execute(
                 select(self.table.c.table_name, self.table.c.holder).where(
@@ -450,27 +451,44 @@ class TableLocks:
             run_id: RunLiveness(
                 run_id=run_id,
                 now=_stamp(now),
-                heartbeat_until=_stamp(beats[run_id]) if run_id in beats else None,
+                heartbeat_until=_stamp(beats[run_id][0]) if run_id in beats else None,
                 tables_held=tuple(sorted(held.get(run_id, ()))),
+                process=beats[run_id][1] if run_id in beats else None,
             )
             for run_id in sorted(wanted)
         }
 
     def start_heartbeat(
-        self, run_id: str, holder: str, running: Callable[[], bool]
+        self,
+        run_id: str,
+        holder: str,
+        running: Callable[[], bool],
+        *,
+        first_beat_within: timedelta = FIRST_BEAT_WITHIN,
     ) -> threading.Thread:
         """Keep run ``run_id`` alive in the store: a row renewed every sixth of a lease by a
-        daemon thread, which stops when the process dies or once ``running()`` says the run
-        is over (or cannot tell). Its last renewal keeps the row alive one more lease, so a
-        run whose steps are over but whose end is not recorded yet never looks dead."""
+        daemon thread until the process ends or ``running()`` says the run is over. Its last
+        renewal keeps the row alive one more lease, so a run whose steps are over but whose
+        end is not recorded yet never looks dead.
+
+        The first beat is retried for ``first_beat_within`` and then raises its error: a
+        run that cannot reach its lease store must not run unseen. After it, nothing stops
+        the beating but the run's end: a renewal that fails (a failover, a locked SQLite
+        file) is retried at the next interval, and a ``running()`` that cannot tell (the
+        instance unreachable) counts as still running.
+        """
         token = uuid.uuid4().hex
         interval = self.lease.total_seconds() / 6
-
-        def beat() -> None:
-            with contextlib.suppress(Exception):  # an unreachable store: try again later
-                self.beat(run_id, token, holder)
-
-        beat()
+        process = process_identity()
+        deadline = time.monotonic() + first_beat_within.total_seconds()
+        while True:
+            try:
+                self.beat(run_id, token, holder, process)
+                break
+            except Exception:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(1.0, interval))
         with contextlib.suppress(Exception):
             self.forget_old_heartbeats()
 
@@ -480,8 +498,9 @@ class TableLocks:
                     if not running():
                         return
                 except Exception:
-                    return
-                beat()
+                    pass  # cannot tell: keep beating, a live run must never look dead
+                with contextlib.suppress(Exception):  # unreachable now: next interval
+                    self.beat(run_id, token, holder, process)
 
         beater = threading.Thread(target=keep_alive, name=f"heartbeat {run_id}", daemon=True)
         beater.start()
@@ -498,6 +517,8 @@ class RunLiveness:
     heartbeat_until: datetime | None
     #: Tables it holds a live lease on now.
     tables_held: tuple[str, ...] = ()
+    #: The process that beat last (``process.process_identity``); None if unknown.
+    process: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -509,26 +530,3 @@ class RunLiveness:
 #: Set when the interpreter exits: heartbeat threads stop before the modules they use go.
 _exiting = threading.Event()
 atexit.register(_exiting.set)
-
-_engines: dict[str, Any] = {}
-_engines_lock = threading.Lock()
-
-
-def _engine(uri: str) -> Any:
-    """One SQLAlchemy engine per lease-store URI per process."""
-    from pathlib import Path
-
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    with _engines_lock:
-        engine = _engines.get(uri)
-        if engine is None:
-            url = make_url(uri)
-            if url.get_backend_name() == "sqlite" and url.database:
-                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-                engine = create_engine(url, connect_args={"timeout": 30})
-            else:
-                engine = create_engine(url, pool_pre_ping=True)
-            _engines[uri] = engine
-        return engine

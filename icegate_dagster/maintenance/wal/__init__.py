@@ -28,6 +28,7 @@ from icegate_dagster.maintenance.wal.files import (
     list_wal_files,
     quarantine,
     quarantined_files,
+    wal_backlogs,
     wal_filesystem,
     wal_folder_problem,
     wal_location,
@@ -82,5 +83,6 @@ __all__ = [
     "wal_folder_lock",
     "wal_folder_problem",
     "wal_location",
+    "wal_backlogs",
     "wal_stats",
 ]

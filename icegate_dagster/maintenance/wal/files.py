@@ -11,6 +11,7 @@ with a ``<file>.reason.txt`` beside each.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -172,3 +173,63 @@ def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> 
         out.write(f"{datetime.now(UTC).isoformat()} {wal_file.name}: {reason}\n".encode())
     filesystem.move(wal_file.path, target)
     return target
+
+
+@dataclass
+class _Folder:
+    files: int = 0
+    bytes: int = 0
+    quarantined: int = 0
+    oldest: tuple[int, str] | None = None
+
+
+def wal_backlogs(
+    wal_root: str, refs: Iterable[TableRef]
+) -> tuple[dict[str, WalStats], dict[str, str]]:
+    """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root`` (a
+    table with no folder has an empty WAL), and the tables that cannot have a WAL folder
+    (their names), with why. The same figures as :func:`wal_stats` table by table, at the
+    cost of one listing: on object storage one LIST call per 1,000 objects under the root.
+    """
+    from pyarrow import fs
+
+    filesystem, root = fs.FileSystem.from_uri(wal_root.rstrip("/"))
+    root = str(root).rstrip("/")
+    folders: dict[tuple[str, str], _Folder] = {}
+    selector = fs.FileSelector(root, recursive=True, allow_not_found=True)
+    for info in filesystem.get_file_info(selector):
+        if info.type != fs.FileType.File:
+            continue
+        parts = info.path[len(root) + 1 :].split("/")
+        if len(parts) == 3 and is_wal_name(parts[2]):
+            folder = folders.setdefault((parts[0], parts[1]), _Folder())
+            folder.files += 1
+            folder.bytes += info.size or 0
+            # The order list_wal_files sorts by: modification time, then name.
+            stamp = (info.mtime_ns or 0, parts[2])
+            if folder.oldest is None or stamp < folder.oldest:
+                folder.oldest = stamp
+        elif (
+            len(parts) == 4 and parts[2] == QUARANTINE_DIR and not parts[3].endswith(REASON_SUFFIX)
+        ):
+            folders.setdefault((parts[0], parts[1]), _Folder()).quarantined += 1
+    stats: dict[str, WalStats] = {}
+    errors: dict[str, str] = {}
+    for ref in refs:
+        try:
+            wal_location(wal_root, ref)  # refuses names that are not one folder each
+        except InvalidIdentifierError as exc:
+            errors[ref.key] = str(exc)
+            continue
+        found = folders.get((ref.namespace, ref.name))
+        stats[ref.key] = (
+            WalStats(
+                files=found.files,
+                bytes=found.bytes,
+                quarantined=found.quarantined,
+                oldest=found.oldest[1] if found.oldest else None,
+            )
+            if found is not None
+            else WalStats(0, 0)
+        )
+    return stats, errors

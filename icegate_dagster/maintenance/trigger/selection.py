@@ -6,34 +6,43 @@ The rules, in the order a table meets them:
 1. A table with no due operation is healthy and left alone.
 2. Due operations this code location has no step for are dropped (a table left with
    none is reported, not requested).
-3. A table with a run in flight (any run naming it: schedule, backfill, sensor) waits.
-4. A table whose last ``N >= 2`` runs from the trigger failed in a row waits
-   ``trigger.backoff * 2**(N-2)`` (at most ``trigger.backoff_max``) after its last
-   failure; one failure is retried at once.
-5. A table whose trigger run already succeeded on its very state (same metadata file,
-   same WAL, same due work with the same figures) waits until that changes: running
-   again would do the same nothing, so health rules the operations cannot satisfy cost
-   one run, not one every interval.
+3. A table with a run in flight (any run naming it: schedule, backfill, sensor), or held
+   by another maintainer's lease, waits.
+4. A due operation whose last attempts failed, or left it due (``ineffective``), two or
+   more times in a row waits out its back-off (``trigger.backoff × 2^(n−2)``, at most
+   ``trigger.backoff_max``, from the trigger's memory); the table is asked for with its
+   other due operations, or waits when all of them back off.
+5. A table a pass left in its very state (same metadata file, same WAL, same due work
+   with the same figures) waits until that changes: running again would do the same
+   nothing, so health rules the operations cannot satisfy cost one run, not one every
+   interval.
 6. A table maintained (by anyone) less than its ``health.min_interval`` ago waits.
-7. The rest, neediest first (``need`` = 100 - score; ties: more work bytes, then
-   name), are requested until ``trigger.max_tables`` tables or ``trigger.max_bytes``
-   work bytes; the first always fits, and the first that does not fit ends the
-   selection (a smaller table further down never jumps the queue, so a big one is not
-   starved). What is left is the backlog, reported by count, bytes and name.
+7. The rest go **longest-waiting first**: tables never served before any other, then by
+   when the trigger last served them (its last request, or the last pass that recorded
+   the table, whichever is later); among equals, the neediest (``need`` = 100 − score),
+   then more work bytes, then the name. They are taken until ``trigger.max_tables``
+   tables or ``trigger.max_bytes`` work bytes; the first always fits, and the first that
+   does not fit ends the selection. So no table can starve the others: a table that
+   keeps failing, cannot be fixed or is larger than the budget is served, then goes
+   behind every table that has waited longer; a large one is taken alone when its turn
+   comes, never passed over by smaller ones. What is left is the backlog, reported by
+   count, bytes and name.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Literal
 
+from icegate_dagster.maintenance.trigger.records import utc
+
 if TYPE_CHECKING:
     from icegate_dagster.config import TriggerSettings
-    from icegate_dagster.maintenance.health.score import TableHealth
+    from icegate_dagster.maintenance.health.summary import Assessed, HealthSummary
+    from icegate_dagster.maintenance.trigger.records import TableMemory
 
 #: Why a table with due operations was not requested.
 SkipKind = Literal["not_runnable", "in_flight", "backoff", "unchanged", "min_interval", "budget"]
@@ -46,13 +55,11 @@ SKIP_KINDS: tuple[SkipKind, ...] = (
     "budget",
     "not_runnable",
 )
-#: The exponent of the back-off stops growing here (the cap is reached long before).
-_MAX_DOUBLINGS = 32
 
 
 @dataclass(frozen=True)
 class Request:
-    """A table to maintain now, doing exactly its due operations."""
+    """A table to maintain now, doing exactly these operations."""
 
     table: str
     operations: tuple[str, ...]
@@ -73,7 +80,7 @@ class Skip:
 
 @dataclass(frozen=True)
 class Backlog:
-    """Due tables the budget left for a later evaluation, neediest first."""
+    """Due tables the budget left for a later evaluation, in turn order."""
 
     tables: tuple[str, ...] = ()
     bytes: int = 0
@@ -105,21 +112,27 @@ class Selection:
         out |= {s.table: f"waits: {s.reason}" for s in self.skipped}
         return out
 
-    def summary(self) -> str:
-        """One line per reason, for a tick's skip reason or log."""
+    def summary(self, shown: int = 10) -> str:
+        """One line per reason, for a tick's skip reason or log (at most ``shown`` tables
+        named per reason: a skip reason is stored with every tick)."""
+
+        def some(items: Sequence[str]) -> str:
+            more = f"; and {len(items) - shown} more" if len(items) > shown else ""
+            return "; ".join(items[:shown]) + more
+
         parts = []
         if self.requested:
             parts.append(
                 f"{len(self.requested)} tables requested: "
-                + ", ".join(f"{r.table} ({', '.join(r.operations)})" for r in self.requested)
+                + some([f"{r.table} ({', '.join(r.operations)})" for r in self.requested])
             )
         due = len(self.requested) + len(self.skipped)
         if not due:
             parts.append(f"{len(self.healthy)} tables healthy, none due")
         labels = {
-            "in_flight": "a run in flight",
-            "backoff": "backing off after failed runs",
-            "unchanged": "unchanged since a run that succeeded on that state",
+            "in_flight": "a run in flight or another maintainer's lease",
+            "backoff": "backing off after failed or ineffective runs",
+            "unchanged": "unchanged since a pass left them so",
             "min_interval": "maintained less than health.min_interval ago",
             "budget": "over this evaluation's budget (backlog)",
             "not_runnable": "due operations with no step here",
@@ -130,23 +143,17 @@ class Selection:
                 head = f"{len(skips)} due tables wait, {labels[kind]}"
                 if kind == "budget":
                     head += f" ({self.backlog.count} tables, {self.backlog.bytes} bytes)"
-                parts.append(head + ": " + "; ".join(f"{s.table} ({s.reason})" for s in skips))
+                parts.append(head + ": " + some([f"{s.table} ({s.reason})" for s in skips]))
         if due and self.healthy:
             parts.append(f"{len(self.healthy)} tables healthy")
         return "; ".join(parts)
 
 
-def backoff_wait(failures: int, base: timedelta, cap: timedelta) -> timedelta | None:
-    """How long after its last failure a table whose last ``failures`` runs failed in a row
-    waits: none for fewer than two, then ``base * 2**(failures - 2)``, at most ``cap``."""
-    if failures < 2:
-        return None
-    return min(base * (1 << min(failures - 2, _MAX_DOUBLINGS)), cap)
-
-
 def rotation(keys: Collection[str], start: str | None) -> list[str]:
     """``keys`` in name order, beginning at ``start`` (or the next name after it, when that
     table is gone) and wrapping around: where an evaluation that ran out of time resumes."""
+    from bisect import bisect_left
+
     ordered = sorted(keys)
     if start is None:
         return ordered
@@ -154,38 +161,42 @@ def rotation(keys: Collection[str], start: str | None) -> list[str]:
     return ordered[at:] + ordered[:at]
 
 
-def _utc(moment: datetime) -> str:
-    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+def last_served(memory: TableMemory | None) -> float | None:
+    """When the trigger last served a table: its last request, or the last pass that
+    recorded it, whichever is later (None: never)."""
+    if memory is None:
+        return None
+    times = [t for t in (memory.requested_at, memory.recorded_at) if t is not None]
+    return max(times) if times else None
 
 
 def select_runs(
-    candidates: Sequence[TableHealth],
+    candidates: Sequence[Assessed],
     *,
-    now: datetime,
+    now: float,
     trigger: TriggerSettings,
     min_interval: Mapping[str, timedelta] | timedelta,
     in_flight: Mapping[str, str] | None = None,
-    last_maintained: Mapping[str, datetime] | None = None,
-    failures: Mapping[str, tuple[int, datetime]] | None = None,
-    settled: Mapping[str, str] | None = None,
+    memory: Mapping[str, TableMemory] | None = None,
+    states: Mapping[str, str] | None = None,
     runnable: Collection[str] | None = None,
 ) -> Selection:
     """Decide which of ``candidates`` to maintain now (rules in the module docstring).
 
-    ``in_flight``: table -> the unfinished run naming it (e.g. ``run 1a2b is queued``).
-    ``last_maintained``: table -> its latest maintenance, whoever ran it.
-    ``failures``: table -> (failed trigger runs in a row, the last one's end).
-    ``settled``: table -> the trigger run that already succeeded on its current state.
+    ``now``: epoch seconds (the clock ``memory``'s times are on).
+    ``in_flight``: table -> the run or lease holding it (``run 1a2b is queued``).
+    ``memory``: table -> the trigger's memory of it (its operations' outcomes and back-off,
+    its last request and pass, the state the last pass left).
+    ``states``: table -> its state now (``summary.table_state``), to compare with that.
     ``min_interval``: per table, or one for all (a table missing from the mapping has none).
     ``runnable``: the operations that have a step (unset: all).
     """
     in_flight = in_flight or {}
-    last_maintained = last_maintained or {}
-    failures = failures or {}
-    settled = settled or {}
+    memory = memory or {}
+    states = states or {}
     healthy: list[str] = []
     skipped: list[Skip] = []
-    eligible: list[tuple[TableHealth, tuple[str, ...]]] = []
+    eligible: list[tuple[Assessed, tuple[str, ...]]] = []
     for health in candidates:
         key = health.table
         due = health.due_operations
@@ -201,48 +212,71 @@ def select_runs(
         if key in in_flight:
             skipped.append(Skip(key, "in_flight", in_flight[key]))
             continue
-        count, last_failure = failures.get(key, (0, None))
-        wait = backoff_wait(count, trigger.backoff, trigger.backoff_max)
-        if wait is not None and last_failure is not None and now < last_failure + wait:
+        remembered = memory.get(key)
+        ops_memory = remembered.operations if remembered is not None else {}
+        waiting = [
+            ops_memory[op] for op in operations if op in ops_memory and ops_memory[op].waits(now)
+        ]
+        operations = tuple(op for op in operations if op not in {m.operation for m in waiting})
+        if not operations:
+            skipped.append(Skip(key, "backoff", "; ".join(m.describe() for m in waiting)))
+            continue
+        if (
+            remembered is not None
+            and remembered.settled_state is not None
+            and remembered.settled_state == states.get(key)
+        ):
+            at = remembered.recorded_at
+            when = f" at {utc(at)}" if at is not None else ""
             skipped.append(
                 Skip(
                     key,
-                    "backoff",
-                    f"its last {count} runs failed; next attempt after {_utc(last_failure + wait)}",
+                    "unchanged",
+                    f"a pass{when} left it in this very state (same metadata file, WAL and "
+                    "due work); asked for again once it changes",
                 )
             )
             continue
-        if key in settled:
-            skipped.append(Skip(key, "unchanged", settled[key]))
-            continue
         interval = min_interval if isinstance(min_interval, timedelta) else min_interval.get(key)
-        last = last_maintained.get(key)
-        if interval is not None and last is not None and now < last + interval:
+        last = remembered.recorded_at if remembered is not None else None
+        if interval is not None and last is not None and now < last + interval.total_seconds():
             skipped.append(
                 Skip(
                     key,
                     "min_interval",
-                    f"maintained {_utc(last)}; next after {_utc(last + interval)}",
+                    f"maintained {utc(last)}; next after {utc(last + interval.total_seconds())}",
                 )
             )
             continue
         eligible.append((health, operations))
 
-    eligible.sort(key=lambda item: (-item[0].need, -item[0].work_bytes, item[0].table))
+    def turn(item: tuple[Assessed, tuple[str, ...]]) -> tuple[float, float, int, str]:
+        health = item[0]
+        served = last_served(memory.get(health.table))
+        return (
+            served if served is not None else float("-inf"),
+            -health.need,
+            -health.work_bytes,
+            health.table,
+        )
+
+    eligible.sort(key=turn)
     requested: list[Request] = []
     taken_bytes = 0
-    waiting: list[TableHealth] = []
+    waiting_budget: list[Assessed] = []
     limit = ""
     for health, operations in eligible:
-        if not waiting and requested and len(requested) >= trigger.max_tables:
+        if not waiting_budget and requested and len(requested) >= trigger.max_tables:
             limit = f"maintain.trigger.max_tables {trigger.max_tables} reached"
-        elif not waiting and requested and taken_bytes + health.work_bytes > trigger.max_bytes:
+        elif (
+            not waiting_budget and requested and taken_bytes + health.work_bytes > trigger.max_bytes
+        ):
             limit = (
                 f"maintain.trigger.max_bytes {trigger.max_bytes} reached "
                 f"({taken_bytes} taken, {health.work_bytes} more would pass it)"
             )
-        if waiting or limit:
-            waiting.append(health)  # the first that does not fit ends the selection
+        if waiting_budget or limit:
+            waiting_budget.append(health)  # the first that does not fit ends the selection
             continue
         reasons = tuple(
             f"{d.operation}: {d.reason}" for d in health.due if d.operation in operations
@@ -251,9 +285,11 @@ def select_runs(
         taken_bytes += health.work_bytes
     skipped.extend(
         Skip(h.table, "budget", f"need {h.need}, {h.work_bytes} work bytes; {limit}")
-        for h in waiting
+        for h in waiting_budget
     )
-    backlog = Backlog(tuple(h.table for h in waiting), sum(h.work_bytes for h in waiting))
+    backlog = Backlog(
+        tuple(h.table for h in waiting_budget), sum(h.work_bytes for h in waiting_budget)
+    )
     return Selection(tuple(requested), tuple(skipped), tuple(healthy), backlog)
 
 
@@ -261,7 +297,7 @@ def select_runs(
 class LakehouseHealth:
     """Lakehouse-wide totals over the assessed tables, and the least healthy of them."""
 
-    #: Every table (partition) known, assessed or not.
+    #: Every table known, assessed or not.
     tables: int
     assessed: int
     unreadable: int
@@ -286,6 +322,8 @@ class LakehouseHealth:
     least_healthy: tuple[tuple[str, str, str, str, str], ...]
     #: Unreadable table -> the error.
     errors: dict[str, str]
+    #: Tables whose operation keeps failing, or stays due after it ran, with what happened.
+    failing: dict[str, str] = field(default_factory=dict)
 
     def numbers(self) -> dict[str, int | float]:
         """The figures to plot over time (absent ones left out)."""
@@ -294,6 +332,7 @@ class LakehouseHealth:
             "tables_assessed": self.assessed,
             "tables_unreadable": self.unreadable,
             "unhealthy_tables": self.unhealthy,
+            "failing_tables": len(self.failing),
             "mean_score": self.mean_score,
             "lowest_score": self.lowest_score,
             "tables_due": self.tables_due,
@@ -310,35 +349,51 @@ class LakehouseHealth:
         }
         return {k: v for k, v in figures.items() if v is not None}
 
+    def verdicts(self) -> dict[str, Any]:
+        """What the lakehouse's health *is*, as opposed to figures that move with every
+        write (files, bytes, scores): recorded again when this changes. Which tables are
+        unreadable or failing, and how many are unhealthy and due, per operation."""
+        return {
+            "tables": self.tables,
+            "tables_assessed": self.assessed,
+            "unhealthy_tables": self.unhealthy,
+            "tables_due": self.tables_due,
+            "due_by_operation": self.due_by_operation,
+            "unreadable": sorted(self.errors),
+            "failing": sorted(self.failing),
+        }
+
 
 #: Rows in the least-healthy table of ``lakehouse_health``.
 LEAST_HEALTHY_ROWS = 20
 
 
-def min_score_of(health: TableHealth, default: float) -> float:
-    """The score under which ``health``'s table counts as unhealthy (its own threshold)."""
-    value = health.thresholds.get("min_score", default)
-    return float(value) if isinstance(value, int | float) else default
-
-
 def summarize(
-    healths: Sequence[TableHealth],
+    healths: Sequence[HealthSummary],
     *,
     tables: int,
-    default_min_score: float,
     errors: Mapping[str, str] | None = None,
     selection: Selection | None = None,
+    failing: Mapping[str, str] | None = None,
     rows: int = LEAST_HEALTHY_ROWS,
 ) -> LakehouseHealth:
     """Totals and the least healthy tables, for the ``lakehouse_health`` asset (the sensor's
-    event at each evaluation and the asset's own materialization build it the same way)."""
+    event and the asset's own materialization build it the same way)."""
     errors = dict(errors or {})
     scores = [h.score for h in healths]
     decisions = selection.decisions() if selection is not None else {}
     due_by_operation: dict[str, int] = {}
+    totals = dict.fromkeys(
+        ("small_files", "delete_files", "snapshots", "expirable_snapshots", "wal_files"), 0
+    )
+    wal_bytes = 0
     for health in healths:
         for op in health.due_operations:
             due_by_operation[op] = due_by_operation.get(op, 0) + 1
+        figures = health.figures()
+        for name in totals:
+            totals[name] += figures[name]
+        wal_bytes += figures["wal_bytes"]
     worst = sorted(healths, key=lambda h: (h.score, -h.work_bytes, h.table))[:rows]
     least = tuple(
         (
@@ -358,16 +413,16 @@ def summarize(
         tables=tables,
         assessed=len(healths),
         unreadable=len(errors),
-        unhealthy=sum(1 for h in healths if h.score < min_score_of(h, default_min_score)),
+        unhealthy=sum(1 for h in healths if not h.healthy),
         mean_score=round(fmean(scores), 1) if scores else None,
         lowest_score=round(min(scores), 1) if scores else None,
         tables_due=sum(1 for h in healths if h.due),
-        small_files=sum(h.metrics.small_files for h in healths),
-        delete_files=sum(h.metrics.delete_files for h in healths),
-        snapshots=sum(h.metrics.snapshots for h in healths),
-        expirable_snapshots=sum(h.metrics.expirable_snapshots for h in healths),
-        wal_files=sum(h.metrics.wal_files for h in healths),
-        wal_bytes=sum(h.metrics.wal_bytes for h in healths),
+        small_files=totals["small_files"],
+        delete_files=totals["delete_files"],
+        snapshots=totals["snapshots"],
+        expirable_snapshots=totals["expirable_snapshots"],
+        wal_files=totals["wal_files"],
+        wal_bytes=wal_bytes,
         work_bytes=sum(h.work_bytes for h in healths if h.due),
         backlog_tables=selection.backlog.count if selection is not None else None,
         backlog_bytes=selection.backlog.bytes if selection is not None else None,
@@ -375,4 +430,5 @@ def summarize(
         due_by_operation=dict(sorted(due_by_operation.items())),
         least_healthy=least,
         errors=errors,
+        failing=dict(sorted((failing or {}).items())),
     )

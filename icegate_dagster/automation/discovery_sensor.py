@@ -1,0 +1,161 @@
+"""``iceberg_table_discovery``: the partitions of ``maintained_table`` follow the catalog.
+
+A new table becomes a partition (the health and WAL sensors add them too, so a fresh
+lakehouse is maintained from their first tick). A partition is removed only once its
+table is **confirmed gone**: missing from the listing *and* the catalog answering, when
+asked for that very table, that it does not exist. A listing that comes back short (a
+REST catalog in failover answering "no such namespace", a namespace listed while it is
+being recreated) removes nothing; a table that cannot be asked about stays. Partitions an
+unfinished run or backfill still names wait until it is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.automation.look import list_tables
+from icegate_dagster.automation.runs import unfinished_run_targets
+from icegate_dagster.automation.tick import Tick
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance import TableRef
+from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
+from icegate_dagster.resources import LakehouseResource
+
+#: Backfill statuses (``BulkActionStatus`` values) that may still launch runs.
+UNFINISHED_BACKFILLS = {"REQUESTED", "CANCELING", "FAILING"}
+
+
+def partition_changes(discovered: list[str], current: list[str]) -> tuple[list[str], list[str]]:
+    """Tables to add as partitions, and partitions whose table is not listed."""
+    found, known = set(discovered), set(current)
+    return sorted(found - known), sorted(known - found)
+
+
+def _some(keys: Sequence[str], shown: int = 10) -> str:
+    """A readable list: the first ``shown`` keys, then how many more."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
+
+
+def confirmed_gone(tick: Tick, missing: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Of the partitions the listing left out, those the catalog confirms do not exist,
+    and the others with why they stay (the table is there after all, or could not be asked
+    about). Stops asking at the tick's deadline: the rest stay for the next tick."""
+    catalog = tick.lakehouse.catalog()
+    gone: list[str] = []
+    kept: dict[str, str] = {}
+    for key in missing:
+        if tick.left() < 1.0:
+            kept[key] = "not asked about yet (the tick's deadline)"
+            continue
+        try:
+            exists = catalog.table_exists(TableRef.parse(key).identifier)
+        except Exception as exc:
+            kept[key] = f"cannot confirm it is gone: {describe_error(exc, tick.scrub)}"
+            continue
+        if exists:
+            kept[key] = "missing from the listing, but the catalog still has it"
+        else:
+            gone.append(key)
+    return gone, kept
+
+
+def still_targeted(
+    instance: dg.DagsterInstance, current: list[str], removed: list[str]
+) -> dict[str, str]:
+    """Which of the ``removed`` partitions an unfinished run or backfill still targets, and
+    why (run or backfill id and status).
+
+    Dagster fails a whole run whose range start or end partition no longer exists, so
+    those partitions wait until the run is over. An in-progress backfill of
+    ``maintained_table`` holds every dropped table back (which partitions an asset
+    backfill still has to launch is not public), a job backfill the ones it names.
+    """
+    if not removed:
+        return {}
+    gone = set(removed)
+    deferred = {
+        key: why for key, why in unfinished_run_targets(instance, current).items() if key in gone
+    }
+    for backfill in instance.get_backfills(limit=200):
+        status = getattr(getattr(backfill, "status", None), "value", "")
+        if status not in UNFINISHED_BACKFILLS:
+            continue
+        names = set(getattr(backfill, "partition_names", None) or ())
+        assets = set(getattr(backfill, "asset_selection", None) or ())
+        targeted = gone & names if names else (gone if MAINTAINED_TABLE in assets else set())
+        for key in sorted(targeted):
+            deferred.setdefault(key, f"backfill {backfill.backfill_id} is {status.lower()}")
+    return deferred
+
+
+def discovery_tick(
+    context: dg.SensorEvaluationContext, tick: Tick
+) -> dg.SensorResult | dg.SkipReason:
+    """One evaluation of ``iceberg_table_discovery``."""
+    config = tick.config
+    maintainer = tick.lakehouse.maintainer(run_id="discovery")
+    try:
+        discovered = list(list_tables(maintainer).tables)
+    except Exception as exc:
+        return dg.SkipReason(
+            f"cannot list the tables of catalog {config.catalog.name!r}, nothing changed: "
+            f"{describe_error(exc, tick.scrub)}"
+        )
+    current = list(context.instance.get_dynamic_partitions(ICEBERG_TABLES))
+    added, missing = partition_changes(discovered, current)
+    removed, kept = confirmed_gone(tick, missing)
+    deferred = still_targeted(context.instance, current, removed)
+    if deferred:
+        # Deleting a partition an unfinished run names as its range start or end fails
+        # that whole run in Dagster (none of its tables is maintained); one in the middle
+        # of a range would silently leave the run. They go once the runs are over.
+        removed = [key for key in removed if key not in deferred]
+        kept.update(deferred)
+    if kept:
+        context.log.info(
+            f"{len(kept)} partitions missing from the listing stay: "
+            + _some([f"{key} ({why})" for key, why in sorted(kept.items())])
+        )
+    if not added and not removed:
+        if kept:
+            return dg.SkipReason(
+                f"{len(kept)} partitions missing from the listing stay: "
+                + _some([f"{key} ({why})" for key, why in sorted(kept.items())])
+            )
+        return dg.SkipReason(
+            f"no change: the {len(discovered)} tables of catalog "
+            f"{config.catalog.name!r} are all partitions already"
+        )
+    requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+    if added:
+        context.log.info(f"{len(added)} new tables: {_some(added)}")
+        requests.append(iceberg_tables.build_add_request(added))
+    if removed:
+        context.log.info(f"{len(removed)} tables confirmed gone from the catalog: {_some(removed)}")
+        requests.append(iceberg_tables.build_delete_request(removed))
+        if tick.memory is not None:
+            try:
+                tick.memory.forget(removed)
+            except Exception as exc:
+                context.log.warning(f"cannot forget dropped tables: {exc}")
+    return dg.SensorResult(dynamic_partitions_requests=requests)
+
+
+@dg.sensor(
+    name="iceberg_table_discovery",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Adds a partition of maintained_table for each new table; removes a partition once "
+        "the catalog confirms its table is gone."
+    ),
+)
+def iceberg_table_discovery(
+    context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
+) -> dg.SensorResult | dg.SkipReason:
+    """See :func:`discovery_tick`."""
+    return discovery_tick(context, Tick.start(context, lakehouse))

@@ -1,0 +1,247 @@
+"""What the health sensor records in Dagster without a run: each table's health on its
+partition page when it changes, and ``lakehouse_health`` when the lakehouse's verdicts
+change, at least hourly.
+
+A table's *shown state* is what its partition page says of it: its ``healthy`` verdict
+and due operations, or the error that kept it from being read
+(``trigger.records.shown_state``). Whoever records a page (a maintenance run, a CLI pass
+with a Dagster instance, this sensor) remembers the state it showed in the trigger's
+memory, so at each tick the sensor compares each table's state now with the one shown and
+records only the differences:
+
+* a table no one maintained gets an **assessment** when first seen: a materialization of
+  its partition (tag ``icegate/source=assessment``; the figures of its metadata and its
+  health keys), so the partitions view does not call an existing table "Missing". A table
+  that cannot be read gets an observation only, and stays "Missing";
+* later changes are **observations** with the health keys a run's materialization carries
+  (``healthy``, ``health_score``, ``due_operations``, ``why``): the partition's page
+  shows the newer of the two first;
+* a table the trigger asks for now, or that an unfinished run names, gets nothing: its
+  run records it. A look older than a pass's record waits for the next tick.
+
+Why observations and not ``healthy`` check evaluations: Dagster 1.13 keeps one row per
+check, run and partition, and every run-less event has the same empty run id, so a second
+run-less evaluation of a partition's check fails to store, and with it the tick.
+
+At most :data:`EVENTS_PER_TICK` events a tick (Dagster stores them one by one after the
+evaluation, about 10 ms each); the rest follow at the next ticks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from icegate_dagster import render
+from icegate_dagster.assets.partition_events import (
+    ASSESSMENT_SOURCE,
+    MAINTAINED_TABLE,
+    SOURCE_TAG,
+    health_metadata,
+    verdicts_metadata,
+)
+from icegate_dagster.automation.look import LakehouseLook
+from icegate_dagster.maintenance.health.checks import CheckOutcome, health_score_check
+from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.trigger.records import TableMemory, error_state, shown_state
+from icegate_dagster.maintenance.trigger.selection import LakehouseHealth
+from icegate_dagster.partitions import iceberg_tables
+
+LAKEHOUSE_HEALTH = dg.AssetKey("lakehouse_health")
+LEAST_HEALTHY_COLUMNS = ("table", "score", "due operations", "why", "trigger")
+#: ``lakehouse_health`` is recorded again after this long even when nothing changed, so its
+#: plots keep a point an hour.
+LAKEHOUSE_HEARTBEAT_S = 3600.0
+#: Events one tick records at most.
+EVENTS_PER_TICK = 500
+#: On the sensor's observations: who recorded them.
+HEALTH_SOURCE = "table_health_sensor"
+ASSESSED_BY = (
+    "table_health_sensor, from Iceberg metadata: no maintenance ran; the figures are the "
+    "table's state when assessed"
+)
+OBSERVED_BY = "table_health_sensor, from Iceberg metadata"
+
+Event = dg.AssetMaterialization | dg.AssetObservation
+
+
+def assessment_event(
+    key: str, health: HealthSummary, verdict: CheckOutcome
+) -> dg.AssetMaterialization:
+    """The materialization recorded for a table no one maintained yet: its state now, from
+    its metadata, marked as an assessment."""
+    figures = health.figures()
+    metadata: dict[str, Any] = {
+        **health_metadata(health, verdict),
+        "recorded_by": ASSESSED_BY,
+        "files_after": figures["data_files"],
+        "bytes_after": figures["data_bytes"],
+        "snapshots_after": figures["snapshots"],
+        "records_after": figures["rows"],
+        # Live rows are the records where no delete file applies.
+        **({"rows_after": figures["rows"]} if figures["delete_files"] == 0 else {}),
+        "delete_files_after": figures["delete_files"],
+        "small_files_after": figures["small_files"],
+        "wal_files_count": figures["wal_files"],
+        "wal_size_bytes": figures["wal_bytes"],
+        "checks": verdicts_metadata([verdict]),
+    }
+    return dg.AssetMaterialization(
+        asset_key=MAINTAINED_TABLE,
+        partition=key,
+        description=f"assessed, no maintenance ran: {verdict.description}",
+        metadata=metadata,
+        tags={SOURCE_TAG: ASSESSMENT_SOURCE},
+    )
+
+
+def observation_event(
+    key: str, health: HealthSummary | None, verdict: CheckOutcome, state: str
+) -> dg.AssetObservation:
+    """The partition's health now: the keys a run's materialization carries, newer. Every
+    observation carries the same keys (the page shows each key's newest value)."""
+    metadata: dict[str, Any] = {
+        "health_score": dg.MetadataValue.null(),
+        "due_operations": dg.MetadataValue.text("unknown"),
+        **health_metadata(health, verdict),
+        "figures": dg.MetadataValue.json(verdict.metadata.get("figures") or {}),
+        "state": dg.MetadataValue.text(state),
+        "observed_by": OBSERVED_BY,
+    }
+    return dg.AssetObservation(
+        asset_key=MAINTAINED_TABLE,
+        partition=key,
+        description=verdict.description,
+        metadata=metadata,
+        tags={SOURCE_TAG: HEALTH_SOURCE},
+    )
+
+
+@dataclass
+class PartitionEvents:
+    """One tick's events for partition pages, and what the pages show after them."""
+
+    events: list[Event]
+    #: ``(table, state, materialized)`` to remember once the events are recorded.
+    shown: list[tuple[str, str, bool]]
+    #: Tables whose page differs and waits for a later tick (the per-tick limit).
+    waiting: int = 0
+
+
+def partition_events(
+    instance: dg.DagsterInstance,
+    look: LakehouseLook,
+    memory: Mapping[str, TableMemory],
+    *,
+    busy: Iterable[str] = (),
+    limit: int = EVENTS_PER_TICK,
+) -> PartitionEvents:
+    """The events that bring partition pages in line with ``look`` (module docstring).
+
+    ``memory`` gives each table's shown state; a table with none was never shown by
+    anyone this memory knows: the instance says, in one question for all of them, whether
+    its partition was ever materialized."""
+    skipped = set(busy)
+    changed: list[tuple[str, str, HealthSummary | None, CheckOutcome]] = []
+    for table in look.tables:
+        seen = look.looks.get(table)
+        if seen is None or table in skipped:
+            continue
+        remembered = memory.get(table)
+        if (
+            remembered is not None
+            and remembered.shown_at is not None
+            and remembered.shown_at > seen.looked_at
+        ):
+            continue  # a pass recorded the page after this look: compared at the next look
+        if seen.health is not None:
+            verdict = health_score_check(seen.health, seen.health.min_score)
+            state = shown_state(verdict.passed, seen.health.due_operations)
+        else:
+            verdict = health_score_check(None, 0.0, seen.error)
+            state = error_state(seen.error or "")
+        if remembered is not None and remembered.shown_state == state:
+            continue
+        changed.append((table, state, seen.health, verdict))
+    waiting = max(0, len(changed) - limit)
+    changed = changed[:limit]
+    unknown = [t for t, *_ in changed if memory.get(t) is None or memory[t].shown_state is None]
+    statuses = (
+        instance.get_status_by_partition(MAINTAINED_TABLE, unknown, iceberg_tables)
+        if unknown
+        else None
+    ) or {}
+    events: list[Event] = []
+    shown: list[tuple[str, str, bool]] = []
+    for table, state, health, verdict in changed:
+        remembered = memory.get(table)
+        materialized = (
+            remembered.materialized
+            if remembered is not None and remembered.shown_state is not None
+            else statuses.get(table) is not None
+        )
+        if not materialized and health is not None:
+            events.append(assessment_event(table, health, verdict))
+            materialized = True
+        else:
+            events.append(observation_event(table, health, verdict, state))
+        shown.append((table, state, materialized))
+    return PartitionEvents(events, shown, waiting)
+
+
+# -- lakehouse_health --------------------------------------------------------------------------
+
+
+def lakehouse_digest(report: LakehouseHealth) -> str:
+    """Names the lakehouse's verdicts (``LakehouseHealth.verdicts``), to record
+    ``lakehouse_health`` when they change and not with every write's new figures."""
+    text = json.dumps(report.verdicts(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def describe(report: LakehouseHealth) -> str:
+    """One line a person reads first."""
+    if not report.assessed:
+        return f"none of {report.tables} tables could be assessed"
+    failing = f", {len(report.failing)} failing" if report.failing else ""
+    return (
+        f"{report.assessed} of {report.tables} tables assessed: {report.unhealthy} unhealthy"
+        f"{failing}, {report.tables_due} with due work, mean score {report.mean_score}"
+    )
+
+
+def lakehouse_health_metadata(report: LakehouseHealth) -> dict[str, Any]:
+    """The asset's metadata: every total as a number (so it plots), the least healthy
+    tables as a markdown table, the due operations, unreadable and failing tables as JSON."""
+    metadata: dict[str, Any] = {
+        key: dg.MetadataValue.float(float(value))
+        if isinstance(value, float)
+        else dg.MetadataValue.int(int(value))
+        for key, value in report.numbers().items()
+    }
+    metadata["summary"] = dg.MetadataValue.text(describe(report))
+    metadata["least_healthy"] = dg.MetadataValue.md(
+        render.markdown_table(LEAST_HEALTHY_COLUMNS, report.least_healthy)
+        if report.least_healthy
+        else "no tables assessed"
+    )
+    metadata["due_by_operation"] = dg.MetadataValue.json(report.due_by_operation)
+    if report.errors:
+        metadata["unreadable_tables"] = dg.MetadataValue.json(report.errors)
+    if report.failing:
+        metadata["failing_tables"] = dg.MetadataValue.json(report.failing)
+    return metadata
+
+
+def lakehouse_event(report: LakehouseHealth) -> dg.AssetMaterialization:
+    """``lakehouse_health`` recorded by the sensor (no run)."""
+    return dg.AssetMaterialization(
+        asset_key=LAKEHOUSE_HEALTH,
+        description=describe(report),
+        metadata=lakehouse_health_metadata(report),
+    )

@@ -1,0 +1,134 @@
+"""Runs whose worker is gone: the sensors mark them failed, so queued runs start and their
+tables are asked for again.
+
+A run is failed only when its worker is provably gone:
+
+* **same host** (same host name, kernel boot and PID namespace as the sensor's code
+  server): the process its heartbeat names no longer exists (or its PID now belongs to a
+  younger process). A process that still runs is never failed, however late its beats
+  (a lease store that was unreachable for a while);
+* **another host**, or a heartbeat that does not say which process beats: no heartbeat and
+  no table lease renewed for :data:`SILENT_LEASES` leases (6 minutes with the default
+  ``maintain.locks.lease`` of 2 minutes). A worker that is cut off from the lease store
+  that long has stopped its own commits already: it holds no lease after two thirds of
+  one;
+* a run that never recorded a heartbeat: after :data:`SILENT_LEASES` leases since it started
+  (a run that cannot reach its lease store fails at its set-up instead).
+
+Dagster's own run monitoring does this for launchers that can check a worker's health;
+the default launcher cannot, and a run whose process died with ``dagster dev`` or the
+daemon would otherwise stay ``STARTED`` forever, holding its tables and its run slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+
+from icegate_dagster.automation.runs import MAINTENANCE_ASSETS, MAINTENANCE_JOBS, batch_entries
+from icegate_dagster.config import format_duration
+from icegate_dagster.maintenance.leases.process import describe_process, process_gone
+from icegate_dagster.maintenance.leases.store import RunLiveness
+
+#: Leases of silence after which a run whose process cannot be asked about is failed.
+SILENT_LEASES = 3
+
+
+def is_maintenance_run(run: dg.DagsterRun) -> bool:
+    """Whether ``run`` belongs to this code location (and so keeps a heartbeat)."""
+    selected = set(run.asset_selection or ())
+    return run.job_name in MAINTENANCE_JOBS or bool(selected & MAINTENANCE_ASSETS)
+
+
+def _utc(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def dead_run_reason(
+    started: datetime, liveness: RunLiveness, lease: timedelta, now: datetime
+) -> str | None:
+    """Why a ``STARTED`` run has no worker any more, or None while it may have one (the
+    rules in the module docstring). ``now`` is the caller's clock for ``started``; the
+    heartbeat is judged by the store's clock (``liveness.now``)."""
+    if liveness.tables_held:
+        return None
+    gone = process_gone(liveness.process)
+    if gone is False:
+        return None
+    head = "the run's worker is gone (host restart, OOM kill, evicted pod or killed daemon): "
+    tail = (
+        ". icegate marked it failed so that queued runs can start; the sensors ask for its "
+        "tables again"
+    )
+    if gone:
+        return head + f"its {describe_process(liveness.process)} no longer exists" + tail
+    silence = lease * SILENT_LEASES
+    if liveness.heartbeat_until is not None:
+        last = liveness.heartbeat_until - lease
+        if liveness.now - last < silence:
+            return None
+        quiet = f"its heartbeat was last renewed at {_utc(last)}"
+    else:
+        if now - started < silence:
+            return None
+        quiet = f"it started at {_utc(started)} and never recorded a heartbeat"
+    return (
+        head + f"{quiet} and it holds no table lease, for longer than {SILENT_LEASES} × "
+        f"maintain.locks.lease ({format_duration(silence)}), from a host that cannot be asked "
+        f"whether its process still runs" + tail
+    )
+
+
+@dataclass(frozen=True)
+class DeadRun:
+    """A run marked failed because its worker was gone, and why."""
+
+    run_id: str
+    job_name: str
+    reason: str
+    tables: tuple[str, ...]
+
+
+def started_at(record: Any) -> datetime:
+    """When a run started (its creation, if Dagster recorded no start)."""
+    if record.start_time is not None:
+        return datetime.fromtimestamp(record.start_time, UTC)
+    created: datetime = record.create_timestamp
+    return created if created.tzinfo else created.replace(tzinfo=UTC)
+
+
+def fail_dead_runs(
+    instance: dg.DagsterInstance,
+    liveness: Callable[[list[str]], Mapping[str, RunLiveness]],
+    lease: timedelta,
+    now: datetime | None = None,
+) -> list[DeadRun]:
+    """Mark failed every ``STARTED`` run of this code location whose worker is gone (see
+    :func:`dead_run_reason`), with an event that says why; return them. One question to
+    the instance and one to the lease store (``TableLocks.run_liveness``)."""
+    now = now or datetime.now(UTC)
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
+    )
+    candidates = [r for r in records if is_maintenance_run(r.dagster_run)]
+    if not candidates:
+        return []
+    known = liveness([r.dagster_run.run_id for r in candidates])
+    dead = []
+    for record in candidates:
+        run = record.dagster_run
+        state = known.get(run.run_id)
+        reason = None if state is None else dead_run_reason(started_at(record), state, lease, now)
+        if reason is None:
+            continue
+        latest = instance.get_run_by_id(run.run_id)
+        if latest is None or latest.status != dg.DagsterRunStatus.STARTED:
+            continue  # it ended on its own meanwhile
+        instance.report_run_failed(latest, reason)
+        tables = tuple(entry.table for entry in batch_entries(latest))
+        dead.append(DeadRun(run.run_id, run.job_name, reason, tables))
+    return dead

@@ -1,0 +1,279 @@
+"""The health trigger's look at the lakehouse: which tables exist, and each one's health,
+re-read only where it may have changed (pyiceberg, no JVM).
+
+A tick costs next to nothing for a table that did not change:
+
+1. **The listing.** On a SQL catalog every table's current metadata file comes from one
+   query (``iceberg_tables``); elsewhere (REST, Glue, Hive) from listing each namespace,
+   without the metadata files.
+2. **The WAL**, when ``wal.root`` is set: one recursive listing of the root for every table
+   (:func:`~icegate_dagster.maintenance.wal.wal_backlogs`).
+3. **The looks.** Each table's last look (its metadata file, WAL, health summary, and when
+   time alone may change it) is kept in the trigger's memory and in this process. A table
+   is looked at again, loaded and assessed, only when it was never looked at, its metadata
+   file or WAL changed, a snapshot crossed the expiry's retention since (see
+   :func:`~icegate_dagster.maintenance.health.score.next_look_at`), it could not be read a
+   minute ago, or, where the catalog cannot say what changed, its look is older than
+   ``maintain.trigger.recheck``. New tables first, then changed ones, then the rest, each
+   group in name order from where the last tick stopped, until the tick's look budget is
+   spent; what is left waits for the next tick, and the lakehouse's totals use its last
+   look meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from icegate_dagster.catalog import scrub
+from icegate_dagster.errors import CatalogUnavailableError, IcegateError, describe_error
+from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.health.score import assess_table, next_look_at, thresholds_for
+from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
+from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+#: A table that could not be read is tried again after this long.
+ERROR_RETRY_S = 60.0
+#: A table whose health changes with time is looked at no more often than this.
+MIN_RECHECK_S = 60.0
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The catalog's tables to maintain, each with its current metadata file when the
+    catalog tells it in the listing (``cheap``), else None."""
+
+    tables: dict[str, str | None]
+    cheap: bool
+
+
+def list_tables(maintainer: Maintainer) -> Listing:
+    """Every table to maintain (the configured namespaces, ``_`` tables and the project's
+    own left out), as discovery lists them; with its metadata file on a SQL catalog, from
+    one query. A catalog that cannot be listed raises
+    :class:`~icegate_dagster.errors.CatalogUnavailableError`."""
+    catalog = maintainer.catalog
+    locations = _sql_locations(catalog, maintainer.config.catalog.name)
+    if locations is None:
+        return Listing({ref.key: None for ref in maintainer.discover()}, cheap=False)
+    wanted = maintainer.config.namespaces
+    own = set(maintainer.own_tables())
+    tables: dict[str, str | None] = {}
+    for (namespace, name), location in locations.items():
+        if wanted is not None and namespace not in wanted:
+            continue
+        try:
+            ref = TableRef(namespace, name)
+        except IcegateError:  # a name discovery skips too (control characters)
+            continue
+        if not ref.is_internal and ref.key not in own and "." not in namespace:
+            tables[ref.key] = location
+    return Listing(dict(sorted(tables.items())), cheap=True)
+
+
+def _sql_locations(catalog: Catalog, name: str) -> dict[tuple[str, str], str | None] | None:
+    """Every table's metadata file of a pyiceberg SQL catalog in one query (views left
+    out); None for any other kind of catalog."""
+    try:
+        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    except ImportError:  # pyiceberg without its SQL extra
+        return None
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    from sqlalchemy import or_, select
+
+    columns = IcebergTables
+    query = select(columns.table_namespace, columns.table_name, columns.metadata_location).where(
+        columns.catalog_name == name,
+        or_(columns.iceberg_type.is_(None), columns.iceberg_type == "TABLE"),
+    )
+    try:
+        with catalog.engine.connect() as conn:
+            return {(str(ns), str(t)): loc for ns, t, loc in conn.execute(query)}
+    except Exception as exc:
+        raise CatalogUnavailableError(f"cannot list the catalog's tables: {exc}") from None
+
+
+def wal_text(wal: WalStats | None) -> str | None:
+    """A WAL as a look records it: files, bytes and the oldest file."""
+    return None if wal is None else f"{wal.files}/{wal.bytes}/{wal.oldest or ''}"
+
+
+@dataclass
+class LakehouseLook:
+    """One tick's picture of the lakehouse."""
+
+    #: Every table to maintain, in name order.
+    tables: list[str]
+    #: The latest look at each of them (this tick's or an earlier one's).
+    looks: dict[str, StoredLook]
+    #: Tables looked at in this tick.
+    fresh: list[str] = field(default_factory=list)
+    #: Each table's WAL (empty when ``wal.root`` is not set).
+    wal: dict[str, WalStats] = field(default_factory=dict)
+    #: Tables out of date that this tick had no time for, and where the next one resumes.
+    waiting: int = 0
+    resume_at: str | None = None
+    #: The instant of this look (epoch seconds).
+    now: float = 0.0
+
+    @property
+    def healths(self) -> dict[str, HealthSummary]:
+        """Each assessed table's health."""
+        return {t: look.health for t, look in self.looks.items() if look.health is not None}
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """Each table whose last look failed, with the error."""
+        return {t: look.error for t, look in self.looks.items() if look.error is not None}
+
+
+class LookCache:
+    """The looks this process holds, loaded from the trigger's memory on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._looks: dict[str, dict[str, StoredLook]] = {}
+
+    def get(self, key: str, memory: TriggerMemory | None) -> dict[str, StoredLook]:
+        """The looks of one deployment (``key``: its store and catalog)."""
+        with self._lock:
+            looks = self._looks.get(key)
+            if looks is None:
+                looks = memory.stored_looks() if memory is not None else {}
+                self._looks[key] = looks
+            return looks
+
+    def clear(self) -> None:
+        """Forget every look (the next tick reads them from the store)."""
+        with self._lock:
+            self._looks.clear()
+
+
+#: This process's looks (the sensor's code server keeps them between ticks).
+LOOKS = LookCache()
+
+
+def _out_of_date(
+    look: StoredLook | None,
+    location: str | None,
+    wal: str | None,
+    now: float,
+    listing: Listing,
+    recheck_s: float,
+) -> int | None:
+    """How urgently a table needs a new look (0 first), or None when its look is current."""
+    if look is None:
+        return 0
+    if listing.cheap and look.metadata_location != location:
+        return 1
+    if look.error is not None:
+        return 3 if now - look.looked_at >= ERROR_RETRY_S else None
+    if wal != look.wal:
+        return 1
+    if look.recheck_at is not None and look.recheck_at <= now:
+        return 2
+    if not listing.cheap and now - look.looked_at >= recheck_s:
+        return 2
+    return None
+
+
+def _rotated(keys: list[str], start: str | None) -> list[str]:
+    if start is None:
+        return keys
+    at = bisect_left(keys, start)
+    return keys[at:] + keys[:at]
+
+
+def look_at(maintainer: Maintainer, key: str, wal: WalStats | None, now: float) -> StoredLook:
+    """Load and assess one table now (pyiceberg, no JVM); a table that cannot be read
+    gives a look with its error."""
+    config = maintainer.config
+    try:
+        ref = TableRef.parse(key)
+        table = maintainer.load(ref)
+        settings = maintainer.settings(ref)
+        moment = datetime.fromtimestamp(now, UTC)
+        health = assess_table(table, key, settings, moment, wal)
+        thresholds = thresholds_for(settings, table.properties)
+        summary = HealthSummary.of(
+            health, thresholds.min_score, thresholds.min_interval.total_seconds()
+        )
+        later = next_look_at(table, settings, moment)
+    except Exception as exc:  # a table that cannot be read is reported; the others go on
+        error = describe_error(exc, lambda text: scrub(text, config))
+        return StoredLook(key, None, wal_text(wal), now, None, None, error)
+    recheck = max(later.timestamp(), now + MIN_RECHECK_S) if later is not None else None
+    return StoredLook(key, table.metadata_location, wal_text(wal), now, recheck, summary)
+
+
+def look_at_lakehouse(
+    maintainer: Maintainer,
+    memory: TriggerMemory | None,
+    now: float,
+    *,
+    until: float | None,
+    resume_at: str | None = None,
+    listing: Listing | None = None,
+    wal: Mapping[str, WalStats] | None = None,
+    cache: LookCache = LOOKS,
+) -> LakehouseLook:
+    """The lakehouse's tables and their latest looks, re-reading only the tables out of date
+    (see the module docstring) until ``until`` (``time.monotonic()``; None: all of them).
+    New looks are stored in the trigger's memory."""
+    config = maintainer.config
+    listing = listing if listing is not None else list_tables(maintainer)
+    tables = list(listing.tables)
+    if wal is None and config.wal_root:
+        wal, _ = wal_backlogs(config.wal_root, [TableRef.parse(t) for t in tables])
+    wal = wal or {}
+    # One deployment: its store and catalog (an engine is made anew with each catalog).
+    store_key = f"{memory.engine.url if memory is not None else '-'}|{config.catalog.name}"
+    looks = cache.get(store_key, memory) if until is not None else {}
+    for gone in set(looks) - set(tables):
+        del looks[gone]
+    urgency: dict[str, int] = {}
+    for key in tables:
+        level = _out_of_date(
+            looks.get(key),
+            listing.tables[key],
+            wal_text(wal.get(key)),
+            now,
+            listing,
+            config.trigger.recheck.total_seconds(),
+        )
+        if level is not None:
+            urgency[key] = level
+    order = sorted(_rotated(sorted(urgency), resume_at), key=lambda k: urgency[k])
+    fresh: list[StoredLook] = []
+    next_start = None
+    for index, key in enumerate(order):
+        if until is not None and fresh and time.monotonic() > until:
+            next_start = key
+            waiting = len(order) - index
+            break
+        look = look_at(maintainer, key, wal.get(key), now)
+        looks[key] = look
+        fresh.append(look)
+    else:
+        waiting = 0
+    if memory is not None and fresh:
+        memory.save_looks(fresh)
+    return LakehouseLook(
+        tables=tables,
+        looks={t: looks[t] for t in tables if t in looks},
+        fresh=[look.table for look in fresh],
+        wal=dict(wal),
+        waiting=waiting,
+        resume_at=next_start,
+        now=now,
+    )

@@ -1,0 +1,16 @@
+"""The trigger's memory and rules: what maintenance did to each table, operation by
+operation, and what the trigger saw of it, kept in the deployment's shared SQL database
+(the lease store's) where every maintainer writes as each table finishes; and the rules
+that pick which due tables to maintain now.
+
+- :mod:`.records`: an attempt's outcome (failed, held elsewhere, still due after it),
+  consecutive failures, when the operation may be tried next (pure);
+- :mod:`.store`: the three tables (outcomes per operation; the trigger's decisions, the
+  last pass and what each partition shows; the last look at each table) and their queries;
+- :mod:`.selection`: which due tables go now, which wait and why, the lakehouse's totals
+  (pure).
+
+May import: ``config``, ``errors``, :mod:`..sql_store`, :mod:`..health` (the health
+summary it stores and selects on). Never Dagster or presentation, nor :mod:`..leases`,
+:mod:`..ops`.
+"""

@@ -1,0 +1,442 @@
+"""The trigger's memory in the deployment's shared SQL database (the lease store's engine).
+
+Three tables, each a row per table (and operation):
+
+- ``icegate_trigger_outcomes`` (table, operation): the last attempt, its outcome, the
+  consecutive failures and ineffective attempts, when the next attempt may start, the
+  last success and error (:class:`~.records.OperationMemory`). Written by every pass as
+  each table finishes (Dagster runs and CLI passes alike), and by a sensor that finds a
+  request its run never answered;
+- ``icegate_trigger_tables`` (table): the sensors' decisions (a counter that numbers
+  every run request, so no run key is ever used twice), the last request, the last pass
+  and the state it left, and what the table's partition page shows;
+- ``icegate_trigger_looks`` (table): the health trigger's last look at the table: its
+  metadata file, its WAL, when a time-based operation may fall due, and its health
+  summary or the error that kept it from being read. A steady tick re-reads only the
+  tables whose look is out of date.
+
+Times are epoch seconds by the database's clock (:meth:`TriggerMemory.now`), so hosts whose
+clocks disagree share one time line. Every write is one short transaction; a table's rows
+are written by one maintainer at a time (its lease) and by the sensors, each writing its
+own columns.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.sql_store import create_tables, db_now, epoch_type, upsert
+from icegate_dagster.maintenance.trigger.records import (
+    OUTCOMES,
+    OperationMemory,
+    PassRecord,
+    TableMemory,
+    lost,
+    remember,
+)
+
+OUTCOMES_TABLE = "icegate_trigger_outcomes"
+TABLES_TABLE = "icegate_trigger_tables"
+LOOKS_TABLE = "icegate_trigger_looks"
+#: Table names per ``IN (...)`` of one query.
+_CHUNK = 500
+_OP_KEYS = ("table_name", "operation")
+
+
+@dataclass(frozen=True)
+class StoredLook:
+    """The health trigger's last look at one table."""
+
+    table: str
+    #: The metadata file it read (None: the table could not be read).
+    metadata_location: str | None
+    #: The WAL it saw (``files/bytes/oldest``; None: no WAL configured or unreadable).
+    wal: str | None
+    looked_at: float
+    #: Look again from this instant on even if nothing changed (a snapshot crosses its
+    #: expiry's retention); None: only on a change.
+    recheck_at: float | None
+    health: HealthSummary | None
+    error: str | None = None
+
+
+def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(names), _CHUNK):
+        yield names[start : start + _CHUNK]
+
+
+class TriggerMemory:
+    """The trigger's memory on ``engine`` (see the module docstring)."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, Text
+
+        self.engine = engine
+        self._now = db_now(engine.dialect.name)
+        metadata = MetaData()
+        self.outcomes = Table(
+            OUTCOMES_TABLE,
+            metadata,
+            Column("table_name", String(512), primary_key=True),
+            Column("operation", String(64), primary_key=True),
+            Column("attempted_at", epoch_type(), nullable=False),
+            Column("outcome", String(16), nullable=False),
+            Column("failures", Integer, nullable=False, default=0),
+            Column("ineffective", Integer, nullable=False, default=0),
+            Column("not_before", epoch_type(), nullable=True),
+            Column("succeeded_at", epoch_type(), nullable=True),
+            Column("detail", String(1000), nullable=True),
+            Column("run_id", String(128), nullable=True),
+            Column("attempts", Integer, nullable=False, default=1),
+        )
+        self.tables = Table(
+            TABLES_TABLE,
+            metadata,
+            Column("table_name", String(512), primary_key=True),
+            Column("decisions", Integer, nullable=False, default=0),
+            Column("requested_at", epoch_type(), nullable=True),
+            Column("requested_ops", String(512), nullable=True),
+            Column("requested_by", String(64), nullable=True),
+            Column("recorded_at", epoch_type(), nullable=True),
+            Column("settled_state", String(32), nullable=True),
+            Column("shown_state", String(16), nullable=True),
+            Column("shown_at", epoch_type(), nullable=True),
+            Column("materialized", Boolean, nullable=False, default=False),
+        )
+        self.looks = Table(
+            LOOKS_TABLE,
+            metadata,
+            Column("table_name", String(512), primary_key=True),
+            Column("metadata_location", Text, nullable=True),
+            Column("wal", String(256), nullable=True),
+            Column("looked_at", epoch_type(), nullable=False),
+            Column("recheck_at", epoch_type(), nullable=True),
+            Column("health", Text, nullable=True),
+            Column("error", Text, nullable=True),
+        )
+        create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE))
+
+    def on(self, engine: Any) -> TriggerMemory:
+        """The same memory through another engine of the same database (no schema check)."""
+        other = copy.copy(self)
+        other.engine = engine
+        return other
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The database's clock, in epoch seconds."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            return float(conn.execute(select(self._now)).scalar_one())
+
+    def _select(self, table: Any, names: Collection[str] | None) -> list[Any]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            if names is None:
+                return list(conn.execute(select(table)))
+            rows: list[Any] = []
+            for chunk in _chunks(sorted(set(names))):
+                rows += conn.execute(select(table).where(table.c.table_name.in_(chunk)))
+            return rows
+
+    def operations(
+        self, names: Collection[str] | None = None
+    ) -> dict[str, dict[str, OperationMemory]]:
+        """Per table (``names``, or all), each operation's memory: one query per 500."""
+        found: dict[str, dict[str, OperationMemory]] = {}
+        for row in self._select(self.outcomes, names):
+            memory = _operation_memory(row)
+            found.setdefault(memory.table, {})[memory.operation] = memory
+        return found
+
+    def tables_memory(
+        self,
+        names: Collection[str] | None = None,
+        *,
+        operations_of: Collection[str] | None = None,
+    ) -> dict[str, TableMemory]:
+        """Per table (``names``, or all): its decisions, last request and pass, what its page
+        shows, and each operation's memory: of every table read, or with ``operations_of``
+        of those tables only and of the tables whose operations fail or stay due (a steady
+        tick needs no more, and a large lakehouse has several operations per table)."""
+        if operations_of is None:
+            operations = self.operations(names)
+        else:
+            operations = self.operations(operations_of)
+            for table, ops in self._troubled().items():
+                operations.setdefault(table, {}).update(ops)
+        found: dict[str, TableMemory] = {}
+        for row in self._select(self.tables, names):
+            found[row.table_name] = TableMemory(
+                table=row.table_name,
+                decisions=int(row.decisions or 0),
+                requested_at=_float(row.requested_at),
+                requested_ops=tuple(op for op in (row.requested_ops or "").split(",") if op),
+                requested_by=row.requested_by,
+                recorded_at=_float(row.recorded_at),
+                settled_state=row.settled_state,
+                shown_state=row.shown_state,
+                shown_at=_float(row.shown_at),
+                materialized=bool(row.materialized),
+                operations=operations.pop(row.table_name, {}),
+            )
+        for table, ops in operations.items():  # outcomes of a table with no row yet
+            found[table] = TableMemory(table=table, operations=ops)
+        return found
+
+    def _troubled(self) -> dict[str, dict[str, OperationMemory]]:
+        """The operations that failed or stayed due at their last attempt (one query)."""
+        from sqlalchemy import or_, select
+
+        table = self.outcomes
+        with self.engine.connect() as conn:
+            rows = list(
+                conn.execute(
+                    select(table).where(or_(table.c.failures > 0, table.c.ineffective > 0))
+                )
+            )
+        found: dict[str, dict[str, OperationMemory]] = {}
+        for row in rows:
+            memory = _operation_memory(row)
+            found.setdefault(memory.table, {})[memory.operation] = memory
+        return found
+
+    def stored_looks(self, names: Collection[str] | None = None) -> dict[str, StoredLook]:
+        """The last look at each table (``names``, or all)."""
+        found = {}
+        for row in self._select(self.looks, names):
+            try:
+                health = HealthSummary.from_json(row.table_name, row.health) if row.health else None
+            except (ValueError, KeyError, TypeError):  # written by another version: look again
+                continue
+            found[row.table_name] = StoredLook(
+                table=row.table_name,
+                metadata_location=row.metadata_location,
+                wal=row.wal,
+                looked_at=float(row.looked_at),
+                recheck_at=_float(row.recheck_at),
+                health=health,
+                error=row.error,
+            )
+        return found
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def record_pass(
+        self,
+        record: PassRecord,
+        *,
+        now: float | None = None,
+        backoff: timedelta,
+        backoff_max: timedelta,
+    ) -> list[OperationMemory]:
+        """Remember one table's pass (see :func:`~.records.remember`), as it finishes;
+        returns each operation's new memory."""
+        if now is None:
+            now = self.now()
+        previous = self.operations([record.table]).get(record.table, {})
+        still_due = record.still_due or {}
+        memories = [
+            remember(
+                previous.get(attempt.operation),
+                attempt,
+                table=record.table,
+                run_id=record.run_id,
+                requested=attempt.operation in record.requested,
+                still_due=None if record.still_due is None else still_due.get(attempt.operation),
+                now=now,
+                backoff=backoff,
+                backoff_max=backoff_max,
+            )
+            for attempt in record.attempts
+        ]
+        table_row: dict[str, Any] = {"table_name": record.table, "recorded_at": now}
+        if record.settled_state is not None or record.still_due is not None:
+            table_row["settled_state"] = record.settled_state
+        if record.shown_state is not None:
+            table_row.update(shown_state=record.shown_state, shown_at=now, materialized=True)
+        with self.engine.begin() as conn:
+            upsert(conn, self.outcomes, [_operation_row(m) for m in memories], _OP_KEYS)
+            upsert(conn, self.tables, [table_row], ("table_name",))
+        return memories
+
+    def record_lost(
+        self,
+        table: str,
+        operations: Iterable[str],
+        why: str,
+        *,
+        now: float,
+        backoff: timedelta,
+        backoff_max: timedelta,
+    ) -> list[OperationMemory]:
+        """Count a requested attempt its run never answered as a failure of each operation;
+        returns their new memory."""
+        previous = self.operations([table]).get(table, {})
+        memories = [
+            lost(
+                previous.get(op),
+                table=table,
+                operation=op,
+                why=why,
+                now=now,
+                backoff=backoff,
+                backoff_max=backoff_max,
+            )
+            for op in operations
+        ]
+        with self.engine.begin() as conn:
+            upsert(conn, self.outcomes, [_operation_row(m) for m in memories], _OP_KEYS)
+        return memories
+
+    def record_requests(
+        self, requests: Sequence[tuple[str, Sequence[str]]], by: str, now: float
+    ) -> dict[str, int]:
+        """Number each requested table's new decision (its run key holds it) and remember
+        the request: ``(table, operations)`` pairs; returns table -> decision number."""
+        if not requests:
+            return {}
+        from sqlalchemy import select
+
+        names = [table for table, _ in requests]
+        with self.engine.begin() as conn:
+            current: dict[str, int] = {}
+            for chunk in _chunks(sorted(set(names))):
+                current.update(
+                    (str(name), int(count or 0))
+                    for name, count in conn.execute(
+                        select(self.tables.c.table_name, self.tables.c.decisions).where(
+                            self.tables.c.table_name.in_(chunk)
+                        )
+                    )
+                )
+            numbers = {table: current.get(table, 0) + 1 for table in names}
+            upsert(
+                conn,
+                self.tables,
+                [
+                    {
+                        "table_name": table,
+                        "decisions": numbers[table],
+                        "requested_at": now,
+                        "requested_ops": ",".join(ops)[:512],
+                        "requested_by": by[:64],
+                    }
+                    for table, ops in requests
+                ],
+                ("table_name",),
+            )
+        return numbers
+
+    def show(self, shown: Sequence[tuple[str, str, bool]], now: float) -> None:
+        """Remember what partition pages show now: ``(table, state, materialized)``."""
+        if not shown:
+            return
+        with self.engine.begin() as conn:
+            upsert(
+                conn,
+                self.tables,
+                [
+                    {
+                        "table_name": table,
+                        "shown_state": state,
+                        "shown_at": now,
+                        "materialized": materialized,
+                    }
+                    for table, state, materialized in shown
+                ],
+                ("table_name",),
+            )
+
+    def save_looks(self, looks: Sequence[StoredLook]) -> None:
+        """Store new looks (one statement)."""
+        if not looks:
+            return
+        with self.engine.begin() as conn:
+            upsert(
+                conn,
+                self.looks,
+                [
+                    {
+                        "table_name": look.table,
+                        "metadata_location": look.metadata_location,
+                        "wal": look.wal,
+                        "looked_at": look.looked_at,
+                        "recheck_at": look.recheck_at,
+                        "health": look.health.to_json() if look.health is not None else None,
+                        "error": look.error,
+                    }
+                    for look in looks
+                ],
+                ("table_name",),
+            )
+
+    def forget(self, names: Collection[str]) -> None:
+        """Drop everything remembered of tables that are gone."""
+        from sqlalchemy import delete
+
+        with self.engine.begin() as conn:
+            for chunk in _chunks(sorted(set(names))):
+                for table in (self.outcomes, self.tables, self.looks):
+                    conn.execute(delete(table).where(table.c.table_name.in_(chunk)))
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _operation_memory(row: Any) -> OperationMemory:
+    return OperationMemory(
+        table=row.table_name,
+        operation=row.operation,
+        attempted_at=float(row.attempted_at),
+        outcome=row.outcome if row.outcome in OUTCOMES else "failed",
+        failures=int(row.failures or 0),
+        ineffective=int(row.ineffective or 0),
+        not_before=_float(row.not_before),
+        succeeded_at=_float(row.succeeded_at),
+        detail=row.detail,
+        run_id=row.run_id,
+        attempts=int(row.attempts or 1),
+    )
+
+
+def _operation_row(memory: OperationMemory) -> dict[str, Any]:
+    return {
+        "table_name": memory.table,
+        "operation": memory.operation,
+        "attempted_at": memory.attempted_at,
+        "outcome": memory.outcome,
+        "failures": memory.failures,
+        "ineffective": memory.ineffective,
+        "not_before": memory.not_before,
+        "succeeded_at": memory.succeeded_at,
+        "detail": memory.detail,
+        "run_id": (memory.run_id or "")[:128] or None,
+        "attempts": memory.attempts,
+    }
+
+
+_memories: dict[str, TriggerMemory] = {}
+_memories_lock = threading.Lock()
+
+
+def memory_for(engine: Any) -> TriggerMemory:
+    """The trigger's memory on ``engine``'s database: its tables checked once per process
+    and database."""
+    key = engine.url.render_as_string(hide_password=False)
+    with _memories_lock:
+        memory = _memories.get(key)
+        if memory is None or memory.engine is not engine:
+            memory = TriggerMemory(engine) if memory is None else memory.on(engine)
+            _memories[key] = memory
+        return memory
