@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian packages Spark's catalog needs, then a virtualenv in .venv.
 # Safe to re-run: each step is skipped when already done.
-# --test also installs what tests/surfaces starts: Chromium and a PostgreSQL server.
+# --test also installs what tests/surfaces starts: Chromium, a PostgreSQL and a MariaDB server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 if [ "${1:-}" = "--test" ]; then
   [ -x /usr/bin/chromium ] || apt_packages+=(chromium)
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql)
+  [ -x /usr/sbin/mariadbd ] || apt_packages+=(mariadb-server)
 fi
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   sudo=""
@@ -35,7 +36,7 @@ want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages into .venv (first run takes a minute)"
   # (this machine kind's pip.conf names local indexes that may be absent: hide that noise)
-  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,postgres]" \
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,postgres,mysql]" \
     2> >(grep -v "is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
 fi

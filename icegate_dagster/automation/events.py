@@ -160,13 +160,16 @@ def partition_events(
         ):
             continue  # a pass recorded the page after this look: compared at the next look
         if seen.health is not None:
-            verdict = health_score_check(seen.health, seen.health.min_score)
-            state = shown_state(verdict.passed, seen.health.due_operations)
+            state = shown_state(seen.health.healthy, seen.health.due_operations)
         else:
-            verdict = health_score_check(None, 0.0, seen.error)
             state = error_state(seen.error or "")
         if remembered is not None and remembered.shown_state == state:
             continue
+        verdict = (
+            health_score_check(seen.health, seen.health.min_score)
+            if seen.health is not None
+            else health_score_check(None, 0.0, seen.error)
+        )
         changed.append((table, state, seen.health, verdict))
     waiting = max(0, len(changed) - limit)
     changed = changed[:limit]

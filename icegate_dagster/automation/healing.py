@@ -22,7 +22,7 @@ daemon would otherwise stay ``STARTED`` forever, holding its tables and its run 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -106,15 +106,22 @@ def fail_dead_runs(
     liveness: Callable[[list[str]], Mapping[str, RunLiveness]],
     lease: timedelta,
     now: datetime | None = None,
+    records: Sequence[Any] | None = None,
 ) -> list[DeadRun]:
     """Mark failed every ``STARTED`` run of this code location whose worker is gone (see
-    :func:`dead_run_reason`), with an event that says why; return them. One question to
-    the instance and one to the lease store (``TableLocks.run_liveness``)."""
+    :func:`dead_run_reason`), with an event that says why; return them. ``records``: the
+    unfinished runs' records when the caller has them (else one question to the
+    instance); then one question to the lease store (``TableLocks.run_liveness``)."""
     now = now or datetime.now(UTC)
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
-    )
-    candidates = [r for r in records if is_maintenance_run(r.dagster_run)]
+    if records is None:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
+        )
+    candidates = [
+        r
+        for r in records
+        if r.dagster_run.status == dg.DagsterRunStatus.STARTED and is_maintenance_run(r.dagster_run)
+    ]
     if not candidates:
         return []
     known = liveness([r.dagster_run.run_id for r in candidates])

@@ -138,6 +138,7 @@ def decide(
         in_flight=busy,
         memory=memory,
         states=states,
+        due_since={t: s for t, seen in look.looks.items() if (s := seen.due_since) is not None},
         runnable=OPERATIONS.names(),
     )
     return selection, states

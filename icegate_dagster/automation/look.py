@@ -25,8 +25,9 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 #: A table that could not be read is tried again after this long.
 ERROR_RETRY_S = 60.0
@@ -71,11 +73,13 @@ def list_tables(maintainer: Maintainer) -> Listing:
     for (namespace, name), location in locations.items():
         if wanted is not None and namespace not in wanted:
             continue
+        if "." in namespace:  # nested namespaces are not maintained (as discovery)
+            continue
         try:
-            ref = TableRef(namespace, name)
+            ref = TableRef.parse(f"{namespace}.{name}")
         except IcegateError:  # a name discovery skips too (control characters)
             continue
-        if not ref.is_internal and ref.key not in own and "." not in namespace:
+        if not ref.is_internal and ref.key not in own:
             tables[ref.key] = location
     return Listing(dict(sorted(tables.items())), cheap=True)
 
@@ -187,6 +191,16 @@ def _out_of_date(
     return None
 
 
+def due_since(previous: StoredLook | None, look: StoredLook) -> float | None:
+    """Since when ``look``'s table has been due without a break: its previous look's time
+    if that found it due too, else this look's (None when nothing is due now)."""
+    if look.health is None or not look.health.due:
+        return previous.due_since if look.health is None and previous is not None else None
+    if previous is not None and previous.due_since is not None:
+        return previous.due_since
+    return look.looked_at
+
+
 def _rotated(keys: list[str], start: str | None) -> list[str]:
     if start is None:
         return keys
@@ -194,13 +208,59 @@ def _rotated(keys: list[str], start: str | None) -> list[str]:
     return keys[at:] + keys[:at]
 
 
-def look_at(maintainer: Maintainer, key: str, wal: WalStats | None, now: float) -> StoredLook:
+class TableCache:
+    """The tables this process loaded lately, by metadata file: a table whose WAL changed,
+    or whose snapshots aged, is assessed again without reading its metadata again (a
+    metadata file never changes; a bounded number of the busiest tables is kept)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._tables: OrderedDict[tuple[str, str], Table] = OrderedDict()
+
+    def get(self, key: str, location: str | None) -> Table | None:
+        """The table loaded from ``location``, if kept."""
+        if location is None:
+            return None
+        with self._lock:
+            table = self._tables.get((key, location))
+            if table is not None:
+                self._tables.move_to_end((key, location))
+            return table
+
+    def put(self, key: str, table: Table) -> None:
+        """Keep ``table`` (the least recently used one goes when full)."""
+        with self._lock:
+            self._tables[(key, table.metadata_location)] = table
+            self._tables.move_to_end((key, table.metadata_location))
+            while len(self._tables) > self.size:
+                self._tables.popitem(last=False)
+
+
+#: This process's recently loaded tables.
+TABLES = TableCache()
+
+
+def look_at(
+    maintainer: Maintainer,
+    key: str,
+    wal: WalStats | None,
+    now: float,
+    *,
+    location: str | None = None,
+    tables: TableCache | None = None,
+) -> StoredLook:
     """Load and assess one table now (pyiceberg, no JVM); a table that cannot be read
-    gives a look with its error."""
+    gives a look with its error. With ``location`` (its current metadata file, as a SQL
+    catalog lists it) a table kept in ``tables`` is not read again."""
     config = maintainer.config
     try:
         ref = TableRef.parse(key)
-        table = maintainer.load(ref)
+        table = tables.get(key, location) if tables is not None else None
+        if table is None:
+            table = maintainer.load(ref)
+            if tables is not None:
+                tables.put(key, table)
         settings = maintainer.settings(ref)
         moment = datetime.fromtimestamp(now, UTC)
         health = assess_table(table, key, settings, moment, wal)
@@ -261,7 +321,15 @@ def look_at_lakehouse(
             next_start = key
             waiting = len(order) - index
             break
-        look = look_at(maintainer, key, wal.get(key), now)
+        look = look_at(
+            maintainer,
+            key,
+            wal.get(key),
+            now,
+            location=listing.tables[key] if listing.cheap else None,
+            tables=TABLES,
+        )
+        look = replace(look, due_since=due_since(looks.get(key), look))
         looks[key] = look
         fresh.append(look)
     else:

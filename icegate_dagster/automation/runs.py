@@ -10,7 +10,7 @@ operations and the state the sensor saw).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,10 +125,15 @@ def _asset_run_operations(run_config: Any) -> tuple[str, ...] | None:
     return None if operations is None else tuple(operations)
 
 
-def unfinished_run_targets(
-    instance: dg.DagsterInstance, current: list[str], *, wal_only: bool = False
+def unfinished_runs(instance: dg.DagsterInstance) -> list[Any]:
+    """The records of every unfinished run (one question to the instance)."""
+    return list(instance.get_run_records(filters=dg.RunsFilter(statuses=UNFINISHED)))
+
+
+def run_targets(
+    runs: Iterable[dg.DagsterRun], current: list[str], *, wal_only: bool = False
 ) -> dict[str, str]:
-    """Every table an unfinished run names (``dagster/partition``, a range over the
+    """Every table one of ``runs`` names (``dagster/partition``, a range over the
     partitions' stored order ``current``, or a batch run's tables), with the first such
     run's id and status.
 
@@ -137,7 +142,7 @@ def unfinished_run_targets(
     """
     position = {key: i for i, key in enumerate(current)}
     targets: dict[str, str] = {}
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED)):
+    for run in runs:
         why = f"run {run.run_id} is {run.status.value.lower()}"
         if run.job_name == BATCH_JOB:
             for entry in batch_entries(run):
@@ -155,3 +160,12 @@ def unfinished_run_targets(
         for key in sorted(k for k in named if k is not None):
             targets.setdefault(key, why)
     return targets
+
+
+def unfinished_run_targets(
+    instance: dg.DagsterInstance, current: list[str], *, wal_only: bool = False
+) -> dict[str, str]:
+    """:func:`run_targets` of every unfinished run."""
+    return run_targets(
+        (record.dagster_run for record in unfinished_runs(instance)), current, wal_only=wal_only
+    )

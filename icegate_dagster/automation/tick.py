@@ -19,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from icegate_dagster.automation.healing import fail_dead_runs
-from icegate_dagster.automation.runs import unfinished_run_targets
+from icegate_dagster.automation.runs import run_targets, unfinished_runs
 from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import describe_error
@@ -68,6 +68,7 @@ class Tick:
     now: float = 0.0
     #: What the tick says in the daemon's log (warnings first).
     warnings: list[str] = field(default_factory=list)
+    _runs: list[Any] | None = None
 
     @classmethod
     def start(cls, context: dg.SensorEvaluationContext, lakehouse: LakehouseResource) -> Tick:
@@ -116,6 +117,13 @@ class Tick:
         """Seconds until the deadline."""
         return self.deadline - time.monotonic()
 
+    def runs(self) -> list[Any]:
+        """The unfinished runs' records, asked once per tick (the healing and the busy
+        tables share them)."""
+        if self._runs is None:
+            self._runs = unfinished_runs(self.instance)
+        return self._runs
+
     def heal(self) -> None:
         """Mark failed the ``STARTED`` runs whose worker is gone (``healing``), so queued runs
         start and their tables are asked for again. A store that cannot be read leaves
@@ -124,12 +132,16 @@ class Tick:
         if locks is None:
             return
         try:
-            dead = fail_dead_runs(self.instance, locks.run_liveness, self.config.locks.lease)
+            dead = fail_dead_runs(
+                self.instance, locks.run_liveness, self.config.locks.lease, records=self.runs()
+            )
         except Exception as exc:  # the sensor's own work goes on
             self.warnings.append(
                 f"cannot check for runs whose worker is gone: {describe_error(exc, self.scrub)}"
             )
             return
+        failed = {run.run_id for run in dead}
+        self._runs = [r for r in self.runs() if r.dagster_run.run_id not in failed]
         for run in dead:
             tables = f" (tables: {', '.join(run.tables)})" if run.tables else ""
             self.warnings.append(
@@ -137,9 +149,11 @@ class Tick:
             )
 
     def busy(self, partitions: list[str], *, wal_only: bool = False) -> dict[str, str]:
-        """Tables an unfinished run names (one question to the instance) or another
-        maintainer's live lease holds (one to the lease store), with which."""
-        busy = unfinished_run_targets(self.instance, partitions, wal_only=wal_only)
+        """Tables an unfinished run names or another maintainer's live lease holds (one
+        question to the lease store), with which."""
+        busy = run_targets(
+            (record.dagster_run for record in self.runs()), partitions, wal_only=wal_only
+        )
         if self.locks is not None:
             try:
                 for table, holder in self.locks.live_leases().items():

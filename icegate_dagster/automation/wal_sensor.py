@@ -31,7 +31,7 @@ from icegate_dagster.automation.tick import Tick, partitions_to_add
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.trigger.records import TableMemory
-from icegate_dagster.maintenance.trigger.selection import last_served
+from icegate_dagster.maintenance.trigger.selection import waiting_since
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_backlogs
 from icegate_dagster.resources import LakehouseResource
 
@@ -111,8 +111,8 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
         ready.append(table)
 
     def turn(table: str) -> tuple[float, int, str]:
-        served = last_served(memory.get(table))
-        return (served if served is not None else float("-inf"), -due[table].bytes, table)
+        # Waiting since its oldest file was written, or since it was last served.
+        return (waiting_since(memory.get(table), due[table].oldest_at), -due[table].bytes, table)
 
     ready.sort(key=turn)
     chosen, later = ready[: config.trigger.max_tables], ready[config.trigger.max_tables :]

@@ -6,6 +6,7 @@ string literals escaped, and names carrying control characters are refused.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -52,8 +53,7 @@ class TableRef:
         """Parse ``namespace.table``; the table part may itself contain dots."""
         if not isinstance(text, str) or "." not in text:
             raise InvalidIdentifierError(f"table {text!r}: must be written as namespace.table")
-        namespace, _, name = text.partition(".")
-        return cls(namespace, name)
+        return _parsed(text) if cls is TableRef else cls(*_split(text))
 
     @property
     def key(self) -> str:
@@ -80,3 +80,14 @@ class TableRef:
 
     def __str__(self) -> str:
         return self.key
+
+
+def _split(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition(".")
+    return namespace, name
+
+
+@functools.lru_cache(maxsize=100_000)
+def _parsed(text: str) -> TableRef:
+    """Parsed and checked once per name (the sensors parse every table at every tick)."""
+    return TableRef(*_split(text))

@@ -151,18 +151,19 @@ class Maintainer:
                     self._memory = memory_for(locks.engine)
             return self._memory
 
-    def remember(self, record: PassRecord) -> list[OperationMemory] | str:
-        """Keep one table's pass in the trigger's memory (its outcomes, per operation); the
-        operations' new memory, or why it could not be kept (the pass itself stands: the
-        log has every outcome)."""
+    def remember(self, *records: PassRecord) -> list[OperationMemory] | str:
+        """Keep tables' passes in the trigger's memory (their outcomes, per operation), in
+        one transaction; the operations' new memory, or why it could not be kept (the pass
+        itself stands: the log has every outcome)."""
         try:
             memory = self.memory
             if memory is None:
                 return "no lease store: the trigger's memory is not kept"
             trigger = self.config.trigger
-            return memory.record_pass(
-                record, backoff=trigger.backoff, backoff_max=trigger.backoff_max
+            kept = memory.record_passes(
+                records, backoff=trigger.backoff, backoff_max=trigger.backoff_max
             )
+            return [m for ops in kept.values() for m in ops]
         except Exception as exc:
             return f"the trigger's memory could not be updated: {describe_error(exc, self._scrub)}"
 
@@ -335,9 +336,8 @@ class Maintainer:
                 # The metadata read once serves every plan until an operation changes it.
                 table = table if op_result.status == "skipped" else None
             result = TableResult.from_ops(ref.key, before, results, time.monotonic() - started)
-        if write_log and not dry_run:
+        if write_log and not dry_run:  # else the caller writes both, batched
             self.write_logs([result])
-        if not dry_run:
             self.remember(pass_record(result, self.run_id))
         return result
 
@@ -361,7 +361,13 @@ class Maintainer:
 
         workers = parallel or self.config.parallel_tables
         # Log rows go out in one append per batch of tables, not one per table.
-        with self.log.batches(LOG_BATCH_TABLES, LOG_BATCH_SECONDS, enabled=not dry_run) as unlogged:
+        with self.log.batches(
+            LOG_BATCH_TABLES,
+            LOG_BATCH_SECONDS,
+            enabled=not dry_run,
+            # The trigger's memory of the same tables, in the same batches.
+            also=lambda results: self.remember(*(pass_record(r, self.run_id) for r in results)),
+        ) as unlogged:
             for (index, _), result in each_table(
                 list(enumerate(refs)), maintain_one, workers, "maintain"
             ):

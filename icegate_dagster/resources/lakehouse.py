@@ -3,13 +3,17 @@ run's heartbeat in the lease store."""
 
 from __future__ import annotations
 
+import json
+import os
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from icegate_dagster.catalog import open_catalog, scrub
-from icegate_dagster.config import IcegateConfig, load_config
+from icegate_dagster.config import IcegateConfig, load_config, resolve_config_path
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.leases.holder import lease_store
@@ -73,15 +77,38 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return scrub(text, self._config) if self._config is not None else text
 
     def config(self) -> IcegateConfig:
-        """The validated configuration, loaded once per resource instance."""
+        """The validated configuration: read again only when its file or the environment
+        changed (a sensor's resource is made anew for each tick)."""
         if self._config is None:
-            self._config = load_config(self.config_path)
+            path = resolve_config_path(self.config_path)
+            stat = path.stat() if path is not None else None
+            key = (
+                str(path.resolve()) if path is not None else f"embedded:{Path.cwd()}",
+                (stat.st_mtime_ns, stat.st_size) if stat is not None else None,
+                frozenset(os.environ.items()),  # ``${VAR}`` in the file
+            )
+            with _OPEN_LOCK:
+                config = _LOADED_CONFIGS.get(key)
+                if config is None:
+                    config = load_config(self.config_path)
+                    _LOADED_CONFIGS.clear()  # one configuration at a time is plenty
+                    _LOADED_CONFIGS[key] = config
+            self._config = config
         return self._config
 
     def catalog(self) -> Catalog:
-        """The pyiceberg catalog, opened once per resource instance (so once per run)."""
+        """The pyiceberg catalog, opened once per process and catalog settings: a sensor's
+        code server evaluates it every 30 s, and opening a catalog (with its check) cost
+        more than a steady tick's own work."""
         if self._catalog is None:
-            self._catalog = open_catalog(self.config().catalog)
+            settings = self.config().catalog
+            key = json.dumps([settings.name, dict(sorted(settings.properties.items()))])
+            with _OPEN_LOCK:
+                catalog = _OPEN_CATALOGS.get(key)
+                if catalog is None:
+                    catalog = open_catalog(settings)
+                    _OPEN_CATALOGS[key] = catalog
+            self._catalog = catalog
         return self._catalog
 
     def maintainer(self, run_id: str, spark: SparkResource | None = None) -> Maintainer:
@@ -90,6 +117,13 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         # Without a Spark resource, a step must not start a JVM behind Dagster's back.
         provider = _no_spark if spark is None else (lambda: spark.session(config))
         return Maintainer(config, catalog=self.catalog(), run_id=run_id, spark=provider)
+
+
+#: The configuration last loaded, by its file, the file's version and the environment.
+_LOADED_CONFIGS: dict[tuple[object, ...], IcegateConfig] = {}
+#: The catalogs this process opened, by their settings (see ``LakehouseResource.catalog``).
+_OPEN_CATALOGS: dict[str, Catalog] = {}
+_OPEN_LOCK = threading.Lock()
 
 
 def _no_spark() -> SparkSession:

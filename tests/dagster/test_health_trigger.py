@@ -32,7 +32,7 @@ from icegate_dagster.automation.runs import (
     batch_entries,
     batch_run_config,
 )
-from icegate_dagster.automation.tick import Tick
+from icegate_dagster.automation.tick import Tick, simulated_clock
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
@@ -386,3 +386,31 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert metadata["least_healthy"].splitlines()[2].startswith(f"| {BUSY} |")
     recorded = instance.fetch_materializations(LAKEHOUSE_HEALTH, limit=1).records
     assert recorded and recorded[0].run_id == result.run_id
+
+
+def test_lakehouse_health_is_recorded_when_its_verdicts_change_or_hourly_not_with_ingest(
+    lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
+) -> None:
+    """WAL arriving every tick moves the lakehouse's figures, not its verdicts: recorded once
+    an hour (the test's clock), and then over the whole lakehouse."""
+    lh = lakehouse_factory(maintain={"compaction": {"min_files": 10_000}}, wal=True)
+    lh.add_table(IDLE, appends=1)
+    lh.add_table("lakehouse.idle2", appends=1)
+    now = [1_800_000_000.0]
+    rows = lh.table(IDLE).scan().to_arrow().slice(0, 1)
+    recorded: list[dict[str, Any]] = []
+    cursor = None
+    with simulated_clock(lambda: now[0]):
+        for tick in range(130):  # 65 minutes, a tick every 30 s, a WAL file each
+            lh.write_wal(IDLE, rows, f"w{tick:03d}.parquet")
+            result = _tick(lh, instance, cursor)
+            cursor = result.cursor or cursor
+            recorded += [
+                {k: v.value for k, v in e.metadata.items()}
+                for e in result.asset_events
+                if e.asset_key == LAKEHOUSE_HEALTH
+            ]
+            now[0] += 30
+    assert len(recorded) == 2  # the first tick, and an hour later
+    assert recorded[0]["wal_files"] == 1 and recorded[1]["wal_files"] == 121
+    assert recorded[1]["tables"] == recorded[1]["tables_assessed"] == 2

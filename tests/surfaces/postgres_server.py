@@ -11,6 +11,7 @@ port (password login, scram-sha-256) and keeps its unix socket in that folder
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import os
@@ -69,6 +70,8 @@ class PostgresServer:
     user: str
     password: str
     host: str = "127.0.0.1"
+    #: How the server was started (``pg_ctl ... start``): :func:`restart` starts it so again.
+    start_command: tuple[str, ...] = ()
 
     @property
     def data_dir(self) -> Path:
@@ -209,6 +212,7 @@ def postgres_server(database: str = "lakehouse", user: str = "icegate") -> Itera
             options,
             "start",
         ]
+        server = dataclasses.replace(server, start_command=tuple(start))
         try:
             _run(start, cwd=root, what="pg_ctl start", timeout=90)
         except RuntimeError as exc:
@@ -228,6 +232,16 @@ def postgres_server(database: str = "lakehouse", user: str = "icegate") -> Itera
     finally:
         _stop(bin_dir, root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def stop(server: PostgresServer) -> None:
+    """Stop the server (a fast shutdown: clients get errors, as in a failover)."""
+    _stop(postgres_bin_dir(), server.root)
+
+
+def start(server: PostgresServer) -> None:
+    """Start a stopped server again, as it was started."""
+    _run(list(server.start_command), cwd=server.root, what="pg_ctl start", timeout=90)
 
 
 def make_postgres_lakehouse(

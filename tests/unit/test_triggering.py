@@ -92,8 +92,8 @@ def test_only_due_tables_are_requested_neediest_first_among_the_never_served() -
 
 
 def test_the_longest_waiting_table_goes_first_whatever_its_need() -> None:
-    """Fairness: the table served longest ago goes before a needier one served since, and a
-    table never served before both."""
+    """Fairness: a table waits since it fell due, or since it was last served if later. The
+    one waiting longest goes first, whatever its need; need orders only equals."""
     tables = [
         summary("a.needy", 10, ("optimize",)),
         summary("a.patient", 90, ("optimize",)),
@@ -103,13 +103,37 @@ def test_the_longest_waiting_table_goes_first_whatever_its_need() -> None:
         "a.needy": served("a.needy", NOW - 600),
         "a.patient": served("a.patient", NOW - 86_400),
     }
-    selection = select(tables, memory=memory, trigger=TriggerSettings(max_tables=2))
-    assert [r.table for r in selection.requested] == ["a.new", "a.patient"]
+    due_since = {"a.needy": NOW - 7 * 86_400, "a.patient": NOW - 7 * 86_400, "a.new": NOW - 3600}
+    selection = select(
+        tables, memory=memory, due_since=due_since, trigger=TriggerSettings(max_tables=2)
+    )
+    assert [r.table for r in selection.requested] == ["a.patient", "a.new"]
     assert selection.backlog.tables == ("a.needy",)
     # A request counts as being served as much as a pass.
-    asked = {"a.new": TableMemory("a.new", requested_at=NOW - 60)}
-    again = select(tables, memory={**memory, **asked}, trigger=TriggerSettings(max_tables=1))
-    assert [r.table for r in again.requested] == ["a.patient"]
+    asked = {"a.patient": TableMemory("a.patient", requested_at=NOW - 60)}
+    again = select(
+        tables,
+        memory={**memory, **asked},
+        due_since=due_since,
+        trigger=TriggerSettings(max_tables=1),
+    )
+    assert [r.table for r in again.requested] == ["a.new"]
+
+
+def test_a_table_that_keeps_failing_is_not_starved_by_tables_that_fall_due_after_it() -> None:
+    """Served (and failed) an hour ago, it has waited longer than every table that fell due
+    since: those go after it, however many there are."""
+    failing = summary("a.failing", 60, ("optimize",), 10_000)
+    fresh = [summary(f"a.new{i}", 30, ("optimize",), 4_000) for i in range(20)]
+    memory = {"a.failing": served("a.failing", NOW - 3600)}
+    due_since = {"a.failing": NOW - 30 * 86_400, **{t.table: NOW - 1800 for t in fresh}}
+    selection = select(
+        [*fresh, failing],
+        memory=memory,
+        due_since=due_since,
+        trigger=TriggerSettings(max_bytes=20_000),
+    )
+    assert selection.requested[0].table == "a.failing"
 
 
 def test_the_table_budget_takes_tables_in_turn_and_reports_the_rest_as_backlog() -> None:

@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from icegate_dagster.maintenance.health.score import DueOperation
@@ -115,6 +116,10 @@ class HealthSummary:
 
     def figures(self) -> dict[str, int]:
         """The kept figures (0 for one an older summary did not keep)."""
+        return dict(self._figures)
+
+    @cached_property
+    def _figures(self) -> dict[str, int]:
         return {name: int(self.kept.get(name, 0)) for name in FIGURES}
 
     def to_json(self) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import copy
 import os
 import socket
 import threading
@@ -241,7 +242,16 @@ class TableLocks:
             if uri is None:
                 return None
             engine = engine_for(uri)
-        return cls(engine, lease, stuck_after)
+        # Its tables are checked once per process and database (sensors open it each tick).
+        key = (engine.url.render_as_string(hide_password=False), lease, stuck_after)
+        with _stores_lock:
+            store = _stores.get(key)
+            if store is None:
+                store = _stores[key] = cls(engine, lease, stuck_after)
+            elif store.engine is not engine:
+                store = copy.copy(store)
+                store.engine = engine
+            return store
 
     def _values(self, token: str, holder: str) -> dict[str, Any]:
         seconds = self.lease.total_seconds()
@@ -526,6 +536,10 @@ class RunLiveness:
         beating = self.heartbeat_until is not None and self.heartbeat_until >= self.now
         return beating or bool(self.tables_held)
 
+
+#: The lease stores this process opened (see ``TableLocks.for_catalog``).
+_stores: dict[tuple[str, timedelta, timedelta], TableLocks] = {}
+_stores_lock = threading.Lock()
 
 #: Set when the interpreter exits: heartbeat threads stop before the modules they use go.
 _exiting = threading.Event()

@@ -203,12 +203,18 @@ class LogWriter:
 
     @contextlib.contextmanager
     def batches(
-        self, tables_per_write: int, seconds_between: float, *, enabled: bool = True
+        self,
+        tables_per_write: int,
+        seconds_between: float,
+        *,
+        enabled: bool = True,
+        also: Callable[[list[TableResult]], object] | None = None,
     ) -> Iterator[LogBatch]:
         """Collect finished tables and write their rows once ``tables_per_write`` tables
         are waiting and ``seconds_between`` have passed since the last write (a crash loses
-        at most those rows), and the rest when the block ends, however it ends."""
-        batch = LogBatch(self, tables_per_write if enabled else 0, seconds_between)
+        at most those rows), and the rest when the block ends, however it ends; ``also`` is
+        given each batch's tables after their rows."""
+        batch = LogBatch(self, tables_per_write if enabled else 0, seconds_between, also)
         try:
             yield batch
         finally:
@@ -218,8 +224,15 @@ class LogWriter:
 class LogBatch:
     """Tables whose rows are not written yet (see :meth:`LogWriter.batches`)."""
 
-    def __init__(self, writer: LogWriter, size: int, seconds_between: float) -> None:
+    def __init__(
+        self,
+        writer: LogWriter,
+        size: int,
+        seconds_between: float,
+        also: Callable[[list[TableResult]], object] | None = None,
+    ) -> None:
         self._writer = writer
+        self._also = also
         self._size = size
         self._seconds = seconds_between
         self._last_write = time.monotonic()
@@ -242,4 +255,6 @@ class LogBatch:
         pending, self._pending = self._pending, []
         if pending:
             self._writer.write_tables(pending)
+            if self._also is not None:
+                self._also(pending)
             self._last_write = time.monotonic()

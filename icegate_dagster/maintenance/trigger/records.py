@@ -235,10 +235,13 @@ class TableMemory:
     shown_at: float | None = None
     materialized: bool = False
     operations: Mapping[str, OperationMemory] = field(default_factory=dict)
+    #: Whether ``operations`` was read (a steady tick reads only the due tables' ones).
+    operations_read: bool = True
 
     def unanswered(self) -> tuple[str, ...]:
-        """The operations of the last request that no pass answered since it was made."""
-        if self.requested_at is None:
+        """The operations of the last request that no pass answered since it was made
+        (none when its operations were not read)."""
+        if self.requested_at is None or not self.operations_read:
             return ()
         return tuple(
             op

@@ -17,10 +17,10 @@ The rules, in the order a table meets them:
    nothing, so health rules the operations cannot satisfy cost one run, not one every
    interval.
 6. A table maintained (by anyone) less than its ``health.min_interval`` ago waits.
-7. The rest go **longest-waiting first**: tables never served before any other, then by
-   when the trigger last served them (its last request, or the last pass that recorded
-   the table, whichever is later); among equals, the neediest (``need`` = 100 − score),
-   then more work bytes, then the name. They are taken until ``trigger.max_tables``
+7. The rest go **longest-waiting first**: a table waits since it fell due, or since the
+   trigger last served it (its last request, or the last pass that recorded the table)
+   if that is later; among equals (or where neither is known), the neediest (``need`` =
+   100 − score), then more work bytes, then the name. They are taken until ``trigger.max_tables``
    tables or ``trigger.max_bytes`` work bytes; the first always fits, and the first that
    does not fit ends the selection. So no table can starve the others: a table that
    keeps failing, cannot be fixed or is larger than the budget is served, then goes
@@ -170,6 +170,14 @@ def last_served(memory: TableMemory | None) -> float | None:
     return max(times) if times else None
 
 
+def waiting_since(memory: TableMemory | None, due_since: float | None) -> float:
+    """Since when a due table has been waiting for the trigger: since it fell due, or
+    since it was last served if that is later (a table that fails, is served, and stays
+    due waits from then on). Unknown: since ever (first in turn)."""
+    times = [t for t in (last_served(memory), due_since) if t is not None]
+    return max(times) if times else float("-inf")
+
+
 def select_runs(
     candidates: Sequence[Assessed],
     *,
@@ -179,6 +187,7 @@ def select_runs(
     in_flight: Mapping[str, str] | None = None,
     memory: Mapping[str, TableMemory] | None = None,
     states: Mapping[str, str] | None = None,
+    due_since: Mapping[str, float] | None = None,
     runnable: Collection[str] | None = None,
 ) -> Selection:
     """Decide which of ``candidates`` to maintain now (rules in the module docstring).
@@ -188,12 +197,14 @@ def select_runs(
     ``memory``: table -> the trigger's memory of it (its operations' outcomes and back-off,
     its last request and pass, the state the last pass left).
     ``states``: table -> its state now (``summary.table_state``), to compare with that.
+    ``due_since``: table -> since when it has been due without a break (the turn order).
     ``min_interval``: per table, or one for all (a table missing from the mapping has none).
     ``runnable``: the operations that have a step (unset: all).
     """
     in_flight = in_flight or {}
     memory = memory or {}
     states = states or {}
+    due_since = due_since or {}
     healthy: list[str] = []
     skipped: list[Skip] = []
     eligible: list[tuple[Assessed, tuple[str, ...]]] = []
@@ -252,13 +263,8 @@ def select_runs(
 
     def turn(item: tuple[Assessed, tuple[str, ...]]) -> tuple[float, float, int, str]:
         health = item[0]
-        served = last_served(memory.get(health.table))
-        return (
-            served if served is not None else float("-inf"),
-            -health.need,
-            -health.work_bytes,
-            health.table,
-        )
+        since = waiting_since(memory.get(health.table), due_since.get(health.table))
+        return (since, -health.need, -health.work_bytes, health.table)
 
     eligible.sort(key=turn)
     requested: list[Request] = []

@@ -64,6 +64,8 @@ class StoredLook:
     recheck_at: float | None
     health: HealthSummary | None
     error: str | None = None
+    #: Since when its operations have been due without a break (None: nothing due).
+    due_since: float | None = None
 
 
 def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -119,6 +121,7 @@ class TriggerMemory:
             Column("recheck_at", epoch_type(), nullable=True),
             Column("health", Text, nullable=True),
             Column("error", Text, nullable=True),
+            Column("due_since", epoch_type(), nullable=True),
         )
         create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE))
 
@@ -170,27 +173,45 @@ class TriggerMemory:
         tick needs no more, and a large lakehouse has several operations per table)."""
         if operations_of is None:
             operations = self.operations(names)
+            read: Collection[str] | None = None
         else:
             operations = self.operations(operations_of)
+            read = set(operations_of)
             for table, ops in self._troubled().items():
                 operations.setdefault(table, {}).update(ops)
         found: dict[str, TableMemory] = {}
-        for row in self._select(self.tables, names):
-            found[row.table_name] = TableMemory(
-                table=row.table_name,
-                decisions=int(row.decisions or 0),
-                requested_at=_float(row.requested_at),
-                requested_ops=tuple(op for op in (row.requested_ops or "").split(",") if op),
-                requested_by=row.requested_by,
-                recorded_at=_float(row.recorded_at),
-                settled_state=row.settled_state,
-                shown_state=row.shown_state,
-                shown_at=_float(row.shown_at),
-                materialized=bool(row.materialized),
-                operations=operations.pop(row.table_name, {}),
+        no_operations: dict[str, OperationMemory] = {}
+        # Rows as plain tuples: a steady tick reads every table's row.
+        for (
+            table,
+            decisions,
+            requested_at,
+            requested_ops,
+            requested_by,
+            recorded_at,
+            settled_state,
+            shown_state,
+            shown_at,
+            materialized,
+        ) in self._select(self.tables, names):
+            found[table] = TableMemory(
+                table,
+                decisions or 0,
+                requested_at,
+                tuple(requested_ops.split(",")) if requested_ops else (),
+                requested_by,
+                recorded_at,
+                settled_state,
+                shown_state,
+                shown_at,
+                bool(materialized),
+                operations.pop(table, no_operations),
+                read is None or table in read,
             )
         for table, ops in operations.items():  # outcomes of a table with no row yet
-            found[table] = TableMemory(table=table, operations=ops)
+            found[table] = TableMemory(
+                table=table, operations=ops, operations_read=read is None or table in read
+            )
         return found
 
     def _troubled(self) -> dict[str, dict[str, OperationMemory]]:
@@ -226,6 +247,7 @@ class TriggerMemory:
                 recheck_at=_float(row.recheck_at),
                 health=health,
                 error=row.error,
+                due_since=_float(row.due_since),
             )
         return found
 
@@ -241,32 +263,65 @@ class TriggerMemory:
     ) -> list[OperationMemory]:
         """Remember one table's pass (see :func:`~.records.remember`), as it finishes;
         returns each operation's new memory."""
+        return self.record_passes([record], now=now, backoff=backoff, backoff_max=backoff_max)[
+            record.table
+        ]
+
+    def record_passes(
+        self,
+        records: Sequence[PassRecord],
+        *,
+        now: float | None = None,
+        backoff: timedelta,
+        backoff_max: timedelta,
+    ) -> dict[str, list[OperationMemory]]:
+        """Remember several tables' passes in one transaction (a pass over many tables
+        writes them in batches); returns each table's operations' new memory."""
+        if not records:
+            return {}
         if now is None:
             now = self.now()
-        previous = self.operations([record.table]).get(record.table, {})
-        still_due = record.still_due or {}
-        memories = [
-            remember(
-                previous.get(attempt.operation),
-                attempt,
-                table=record.table,
-                run_id=record.run_id,
-                requested=attempt.operation in record.requested,
-                still_due=None if record.still_due is None else still_due.get(attempt.operation),
-                now=now,
-                backoff=backoff,
-                backoff_max=backoff_max,
-            )
-            for attempt in record.attempts
-        ]
-        table_row: dict[str, Any] = {"table_name": record.table, "recorded_at": now}
-        if record.settled_state is not None or record.still_due is not None:
-            table_row["settled_state"] = record.settled_state
-        if record.shown_state is not None:
-            table_row.update(shown_state=record.shown_state, shown_at=now, materialized=True)
+        previous = self.operations([r.table for r in records])
+        memories: dict[str, list[OperationMemory]] = {}
+        table_rows: list[dict[str, Any]] = []
+        for record in records:
+            before = previous.get(record.table, {})
+            still_due = record.still_due or {}
+            memories[record.table] = [
+                remember(
+                    before.get(attempt.operation),
+                    attempt,
+                    table=record.table,
+                    run_id=record.run_id,
+                    requested=attempt.operation in record.requested,
+                    still_due=None
+                    if record.still_due is None
+                    else still_due.get(attempt.operation),
+                    now=now,
+                    backoff=backoff,
+                    backoff_max=backoff_max,
+                )
+                for attempt in record.attempts
+            ]
+            row: dict[str, Any] = {"table_name": record.table, "recorded_at": now}
+            if record.settled_state is not None or record.still_due is not None:
+                # A state settles only where every operation did what it could: one that
+                # failed, or another maintainer kept from the table, is tried again (after
+                # its back-off).
+                done = all(a.status != "failed" and not a.held_elsewhere for a in record.attempts)
+                row["settled_state"] = record.settled_state if done else None
+            if record.shown_state is not None:
+                row.update(shown_state=record.shown_state, shown_at=now, materialized=True)
+            table_rows.append(row)
+        rows = [_operation_row(m) for ops in memories.values() for m in ops]
         with self.engine.begin() as conn:
-            upsert(conn, self.outcomes, [_operation_row(m) for m in memories], _OP_KEYS)
-            upsert(conn, self.tables, [table_row], ("table_name",))
+            upsert(conn, self.outcomes, rows, _OP_KEYS)
+            # Rows of one statement share their columns: grouped by the columns they set.
+            by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for row in table_rows:
+                by_columns.setdefault(tuple(row), []).append(row)
+            for group in by_columns.values():
+                upsert(conn, self.tables, group, ("table_name",))
         return memories
 
     def record_lost(
@@ -374,6 +429,7 @@ class TriggerMemory:
                         "recheck_at": look.recheck_at,
                         "health": look.health.to_json() if look.health is not None else None,
                         "error": look.error,
+                        "due_since": look.due_since,
                     }
                     for look in looks
                 ],

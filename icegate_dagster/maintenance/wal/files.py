@@ -11,6 +11,7 @@ with a ``<file>.reason.txt`` beside each.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,9 @@ class WalStats:
     bytes: int
     quarantined: int = 0
     oldest: str | None = None
+    #: When the oldest waiting file was written (epoch seconds): how long the backlog has
+    #: been waiting.
+    oldest_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class WalFile:
         return (self.name, self.size, self.modified_ns)
 
 
+@functools.lru_cache(maxsize=100_000)
 def wal_folder_problem(part: str) -> str | None:
     """Why ``part`` (a namespace or table name) cannot be one folder under ``wal.root``:
     a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded
@@ -149,6 +154,7 @@ def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
         bytes=sum(f.size for f in files),
         quarantined=len(quarantined_files(wal_root, ref)),
         oldest=files[0].name if files else None,
+        oldest_at=files[0].modified_ns / 1e9 if files and files[0].modified_ns else None,
     )
 
 
@@ -228,6 +234,7 @@ def wal_backlogs(
                 bytes=found.bytes,
                 quarantined=found.quarantined,
                 oldest=found.oldest[1] if found.oldest else None,
+                oldest_at=found.oldest[0] / 1e9 if found.oldest and found.oldest[0] else None,
             )
             if found is not None
             else WalStats(0, 0)
