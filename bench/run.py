@@ -7,13 +7,13 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, query, batching, daemon. ``--reps`` (default 3) repetitions of each
-comparison;
-``--big-reps`` (default 1) for the 1,000-table sizes; ``--scale-max 1000`` adds 1,000
-tables to ``scale_compaction`` (default 100); ``ICEGATE_BENCH_GB`` (default 1) sizes
-``throughput``. ``--quick`` is a smoke test: 1 repetition, a few tables and files, a
-tiny throughput size (its figures say nothing about the targets). ``--keep`` leaves the
-work folder in place.
+sensor, health_sensor, scale, query, batching, daemon. ``scale`` builds 10,000 tables
+(``--scale-tables N``) before it measures: allow half an hour. ``--reps`` (default 3)
+repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
+``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
+``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput``. ``--quick`` is a smoke test: 1
+repetition, a few tables and files, a tiny throughput size (its figures say nothing about
+the targets). ``--keep`` leaves the work folder in place.
 
 How it measures (see ``bench.measure``): users run this service as a fresh process
 each time (a CLI call; a Dagster run is one process with one new JVM), so each side of a
@@ -74,6 +74,8 @@ class Settings:
     dagster_yaml: Path = REPO / "dagster.yaml"
     #: ``maintain.trigger.tables_per_run`` for ``daemon`` (None: the default).
     tables_per_run: int | None = None
+    #: ``scale``'s lakehouse size.
+    scale_tables: int = 10_000
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -777,6 +779,123 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     ]
 
 
+def bench_scale(work: Path, settings: Settings) -> list[Figure]:
+    """The trigger at 10,000 tables (healthy, one small file each): discovery, the health
+    sensor's first look and steady ticks, a tick after 1 % of the tables changed, the WAL
+    tick, the cursor, what an idle day adds to the instance; and the idle daily pass (a
+    cold ``icegate-maintain run``). Each repetition a fresh process on a fresh copy."""
+    count = settings.pick(settings.scale_tables, 200)
+    changed = max(1, count // 100)
+
+    def build(root: Path) -> Path:
+        lake = make_lakehouse(root, "bench_scale")
+        keys = fixtures.healthy_tables(lake, count)
+        listing = root / "keys.txt"
+        listing.write_text("\n".join(keys))
+        return listing
+
+    template = built(f"{count} tables", lambda: Template(work / "scale", build))
+
+    def sensors() -> Sample:
+        root = template.restore()
+        argv = bench_side("scale", root / "icegate.yaml", template.value, str(changed))
+        return cold(settings, "scale", argv, work, side_json)
+
+    def idle_pass() -> Sample:
+        root = template.restore()
+        return cold(settings, "idle pass", icegate("run", "--config", root / "icegate.yaml"), work)
+
+    sides, idle = alternate([Side("sensors", sensors), Side("idle pass", idle_pass)], settings.reps)
+    data = sides.samples[0].data
+    deadline = 30.0
+
+    def med(path: str) -> float:
+        first, _, second = path.partition(".")
+        return statistics.median(float(s.data[first][second]) for s in sides.samples)
+
+    first_look = [t["s"] for t in data["first_look"]]
+    steady, changed_s, wal_s = med("steady.s"), med("changed.s"), med("wal.s")
+    hour_bytes = statistics.median(float(s.data["hour_bytes"]) for s in sides.samples)
+    skip_chars = max(int(t.get("skip_chars", 0)) for t in data["first_look"] + [data["steady"]])
+    # An idle day: 24 hourly lakehouse_health records; the tick rows Dagster keeps
+    # (a cursor and a skip reason each, 2 sensors + discovery every 30 s or 60 s) are
+    # purged after a day by dagster.yaml's retention.
+    ticks_a_day = 2 * 2880 + 1440
+    tick_bytes = (data["cursor_bytes"] + skip_chars + 200) * ticks_a_day
+    day_bytes = 24 * hour_bytes
+    return [
+        Figure(
+            f"scale_discovery_{count}",
+            med("discovery.s"),
+            None,
+            "s",
+            "under its deadline",
+            max(s.data["discovery"]["s"] for s in sides.samples) < deadline,
+            f"{count} partitions added in one tick",
+        ),
+        Figure(
+            f"scale_first_look_{count}",
+            sum(first_look),
+            None,
+            "s",
+            "each tick < 30 s",
+            max(first_look) < deadline,
+            f"{len(first_look)} ticks ({', '.join(f'{t:.1f}s' for t in first_look)}); "
+            f"{sum(t['events'] for t in data['first_look'])} events, stored in "
+            f"{sum(t['store_s'] for t in data['first_look']):.1f}s",
+        ),
+        Figure(
+            f"scale_steady_tick_{count}",
+            steady,
+            None,
+            "s",
+            "<= 5 s",
+            steady <= 5.0,
+            f"{data['steady']['events']} events; peak {sides.peak_mb:.0f} MB, "
+            f"JVM {'yes' if sides.jvm else 'no'}",
+        ),
+        Figure(
+            f"scale_changed_tick_{count}",
+            changed_s,
+            None,
+            "s",
+            "under its deadline",
+            changed_s < deadline,
+            f"after {changed} tables (1 %) were appended to and got WAL: "
+            f"{data['changed']['events']} events, {data['changed']['runs']} runs requested",
+        ),
+        Figure(
+            f"scale_wal_tick_{count}",
+            wal_s,
+            None,
+            "s",
+            "<= 2 s",
+            wal_s <= 2.0,
+            f"one listing of wal.root; {data['wal']['runs']} runs requested",
+        ),
+        Figure(
+            f"scale_idle_day_{count}",
+            day_bytes / 1e6,
+            None,
+            "MB",
+            "<= 1 MB",
+            day_bytes <= 1e6,
+            f"24 x {hour_bytes / 1e3:.1f} kB (hourly lakehouse_health); cursor "
+            f"{data['cursor_bytes']} B; tick rows about {tick_bytes / 1e6:.1f} MB a day, "
+            f"purged after a day by dagster.yaml's retention",
+        ),
+        Figure(
+            f"scale_idle_pass_{count}",
+            idle.seconds,
+            None,
+            "s",
+            "<= 60 s, no JVM",
+            idle.seconds <= 60 and not idle.jvm,
+            f"cold icegate-maintain run over {count} healthy tables; peak {idle.peak_mb:.0f} MB",
+        ),
+    ]
+
+
 def bench_query(work: Path, settings: Settings) -> list[Figure]:
     """A full scan and a filtered query before vs. after maintenance (single side)."""
     files, count = settings.pick((2000, 200_000), (100, 10_000))
@@ -975,6 +1094,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "throughput": bench_throughput,
     "sensor": bench_sensor,
     "health_sensor": bench_health_sensor,
+    "scale": bench_scale,
     "query": bench_query,
     "batching": bench_batching,
     "daemon": bench_daemon,
@@ -997,6 +1117,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100,
         help="largest scale_compaction size: 100 (default) or 1000",
+    )
+    parser.add_argument(
+        "--scale-tables",
+        type=int,
+        default=10_000,
+        help="scale: tables in its lakehouse (default 10000; building them takes a while)",
     )
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 rep, small data")
     parser.add_argument(
@@ -1029,8 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     reps = args.reps if args.reps is not None else (1 if args.quick else 3)
-    if reps < 1 or args.big_reps < 1 or args.scale_max < 1:
-        parser.error("--reps, --big-reps and --scale-max must be at least 1")
+    if reps < 1 or args.big_reps < 1 or args.scale_max < 1 or args.scale_tables < 1:
+        parser.error("--reps, --big-reps, --scale-max and --scale-tables must be at least 1")
     settings = Settings(
         reps=reps,
         big_reps=args.big_reps,
@@ -1041,6 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon_tables=tuple(int(n) for n in args.daemon_tables.split(",") if n),
         dagster_yaml=args.dagster_yaml.resolve(),
         tables_per_run=args.tables_per_run,
+        scale_tables=args.scale_tables,
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))

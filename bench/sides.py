@@ -20,6 +20,9 @@ Sides:
   them (cold; cached and unchanged; after 50 tables' verdicts changed), events counted.
 * ``sensor CONFIG KEYS_FILE``: one tick of each sensor (discovery, WAL sizing), each
   timed in-process.
+* ``scale CONFIG KEYS_FILE CHANGED``: the trigger's sensors over a large lakehouse: the
+  first look tick by tick, a steady tick, a tick after CHANGED tables changed, the WAL
+  tick, cursor bytes, what an hour adds to the instance.
 * ``query CONFIG FILES ROWS``: build a ``FILES``-file table with Spark, time queries,
   maintain it, time them again (one warm JVM: a single-side before/after figure).
 * ``dagster_run CONFIG KEY[,KEY...]``: one Dagster ``maintenance_job`` run over the
@@ -289,6 +292,106 @@ def dagster_run(config_path: str, joined_keys: str) -> None:
     _emit({"tables": len(keys)})
 
 
+def scale(config_path: str, keys_file: str, changed: str) -> None:
+    """The trigger's sensors over a large lakehouse in one fresh process, as the daemon
+    runs them (events stored in the instance, cursors kept): discovery on a fresh instance;
+    the health sensor's first look, tick after tick until every table has a look; a steady
+    tick (nothing changed); a tick after ``changed`` tables were appended to (1 %); the WAL
+    sensor over a root where those tables have WAL; what a quiet hour and an idle day add
+    to the instance. Each tick: evaluation seconds, events, seconds to store them."""
+    import os
+
+    import dagster as dg
+    import pyarrow.parquet as pq
+
+    from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
+    from icegate_dagster.automation.health_sensor import table_health_sensor
+    from icegate_dagster.automation.tick import simulated_clock
+    from icegate_dagster.automation.wal_sensor import wal_size_sensor
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+    from icegate_dagster.maintenance import TableRef
+    from icegate_dagster.resources import LakehouseResource
+
+    keys = [k for k in Path(keys_file).read_text().split("\n") if k]
+    config = load_config(config_path)
+    resource_ = LakehouseResource(config_path=config_path)
+    figures: dict[str, Any] = {"tables": len(keys)}
+    cursors: dict[str, str | None] = {}
+
+    def size(folder: str) -> int:
+        return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+    with dg.instance_for_test() as instance:
+
+        def tick(sensor: Any) -> dict[str, Any]:
+            context = dg.build_sensor_context(
+                instance=instance,
+                resources={"lakehouse": resource_},
+                cursor=cursors.get(sensor.name),
+            )
+            started = time.perf_counter()
+            result = sensor(context)
+            seconds = time.perf_counter() - started
+            out: dict[str, Any] = {"s": seconds, "events": 0, "store_s": 0.0, "runs": 0}
+            if isinstance(result, dg.SensorResult):
+                started = time.perf_counter()
+                for request in result.dynamic_partitions_requests or []:
+                    if isinstance(request, dg.AddDynamicPartitionsRequest):
+                        instance.add_dynamic_partitions(
+                            "iceberg_tables", list(request.partition_keys)
+                        )
+                for event in result.asset_events:
+                    instance.report_runless_asset_event(event)
+                out["store_s"] = time.perf_counter() - started
+                out["events"] = len(result.asset_events)
+                out["runs"] = len(result.run_requests or [])
+                if result.cursor is not None:
+                    cursors[sensor.name] = result.cursor
+                skip = result.skip_reason.skip_message if result.skip_reason else ""
+                out["skip_chars"] = len(skip or "")
+            return out
+
+        figures["discovery"] = tick(iceberg_table_discovery)
+        looks = []
+        while True:  # the first look, as many ticks as it takes
+            looks.append(tick(table_health_sensor))
+            cursor = json.loads(cursors.get("table_health_sensor") or "{}")
+            if cursor.get("resume_at") is None or len(looks) > 20:
+                break
+        figures["first_look"] = looks
+        figures["steady"] = tick(table_health_sensor)
+        catalog = open_catalog(config.catalog)
+        wal_root = Path(str(config.wal_root).removeprefix("file://"))
+        for key in keys[: int(changed)]:
+            table = catalog.load_table(TableRef.parse(key).identifier)
+            table.append(table.scan(limit=1).to_arrow())
+            folder = wal_root.joinpath(*key.split("."))
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table.scan(limit=1).to_arrow(), folder / "w.parquet")
+        figures["changed"] = tick(table_health_sensor)
+        figures["wal"] = tick(wal_size_sensor)
+        figures["cursor_bytes"] = len(cursors.get("table_health_sensor") or "")
+        # A quiet hour on the test's clock: nothing but the hourly lakehouse_health, whose
+        # size (and the tick rows' size) make what an idle day adds to the instance.
+        root = str(instance.root_directory)
+        before = size(root)
+        now = [time.time()]
+        with simulated_clock(lambda: now[0]):
+            quiet = []
+            for _ in range(3):
+                now[0] += 3600
+                quiet.append(tick(table_health_sensor))
+        figures["quiet_hours"] = quiet
+        figures["hour_bytes"] = (size(root) - before) / 3
+        figures["instance_bytes"] = size(root)
+        figures["pid_rss_mb"] = (
+            int(Path(f"/proc/{os.getpid()}/status").read_text().split("VmHWM:")[1].split()[0])
+            / 1024
+        )
+    _emit(figures)
+
+
 SIDES: dict[str, Callable[..., None]] = {
     "seed_full_pass": seed_full_pass,
     "spark_append": spark_append,
@@ -296,6 +399,7 @@ SIDES: dict[str, Callable[..., None]] = {
     "pyarrow_rewrite": pyarrow_rewrite,
     "sensor": sensor,
     "health_sensor": health_sensor,
+    "scale": scale,
     "query": query,
     "dagster_run": dagster_run,
 }

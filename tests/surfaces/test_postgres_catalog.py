@@ -377,7 +377,7 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
 ) -> None:
     """Self-healing with the lease store in the catalog's PostgreSQL: a run whose heartbeat
     another process keeps stays ``STARTED``; once that process is killed, the health
-    sensor fails the run after the lease (3 s here), saying why."""
+    sensor (on the same host) fails the run at its next tick, saying why."""
     import dagster as dg
     import yaml
 
@@ -424,10 +424,10 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
         assert tick() == dg.DagsterRunStatus.STARTED
         worker.kill()
         worker.wait()
-        time.sleep(4)
-        assert tick() == dg.DagsterRunStatus.FAILURE
+        assert tick() == dg.DagsterRunStatus.FAILURE  # its process, on this host, is gone
 
     [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
     assert event.dagster_event is not None
-    assert "its heartbeat was last renewed at" in str(event.dagster_event.message)
+    assert f"process {worker.pid} on " in str(event.dagster_event.message)
+    assert "no longer exists" in str(event.dagster_event.message)
     assert pg_pass.server.password not in str(event.dagster_event.message)

@@ -283,9 +283,10 @@ def test_wal_sensor_requests_a_run_only_for_the_table_with_a_backlog(rest: RestL
     rest.fill_wal(BELOW, files=1)  # below min_files: never a run
 
     idle = wal_size_sensor(_sensor_context(rest, instance))
-    assert isinstance(idle, dg.SkipReason)
-    assert "no WAL over its thresholds" in str(idle.skip_message)
-    rest.outputs.append(str(idle.skip_message))
+    assert isinstance(idle, dg.SensorResult) and idle.skip_reason is not None
+    assert not idle.run_requests
+    assert "no WAL over its thresholds" in str(idle.skip_reason.skip_message)
+    rest.outputs.append(str(idle.skip_reason.skip_message))
 
     rest.fill_wal(BACKLOG, files=MIN_WAL_FILES)
     due = wal_size_sensor(_sensor_context(rest, instance))
@@ -393,14 +394,22 @@ def test_health_sensor_requests_the_due_rest_tables_and_records_lakehouse_health
     # Deciding read metadata only: no table changed.
     assert {key: rest.state(key)[0] for key in TABLES} == before
 
-    # The next tick asks again under the same run keys: Dagster launches no duplicate.
-    # The daemon stores the tick's events and cursor.
+    # The daemon stores the tick's events and cursor and queues the run: the next tick
+    # asks for nothing (the tables are in flight) and records nothing again. Every table
+    # has its look, kept in the trigger's memory: none is read again before
+    # maintain.trigger.recheck, a REST catalog not saying what changed.
     for stored in result.asset_events:
         instance.report_runless_asset_event(stored)
+    queued = instance.create_run_for_job(
+        _batch_job(),
+        run_config=request.run_config,
+        tags=request.tags,
+        status=dg.DagsterRunStatus.NOT_STARTED,
+    )
     again = table_health_sensor(_sensor_context(rest, instance, cursor=result.cursor))
     assert isinstance(again, dg.SensorResult)
-    assert [r.run_key for r in again.run_requests or []] == [r.run_key for r in requests]
-    # The daemon stored them: the table states are shown, nothing is recorded again.
+    assert not again.run_requests
+    assert f"run {queued.run_id} is not_started" in str(again.skip_reason)
     assert [e for e in again.asset_events if e.asset_key == MAINTAINED_TABLE] == []
     rest.outputs += [
         json.dumps([r.run_config for r in requests]),
@@ -628,9 +637,13 @@ def test_a_run_whose_worker_died_is_failed_from_the_rest_deployments_lease_store
 ) -> None:
     """Self-healing on a REST catalog: run heartbeats live in the shared lease store (its
     SQLite file here); a run whose heartbeat another process keeps stays, and once that
-    process is killed the health sensor fails the run, saying why, and asks again."""
+    process is killed the health sensor (on the same host) fails the run at its next tick,
+    saying why, and asks again."""
     raw = yaml.safe_load(rest.config_path.read_text())
     raw["maintain"]["locks"]["lease"] = "3s"
+    # The module's earlier passes maintained these tables moments ago (the trigger's memory
+    # is the deployment's): a short interval lets the healed tick ask for them again.
+    raw["maintain"].setdefault("health", {})["min_interval"] = "1s"
     config = rest.root / "icegate-short-lease.yaml"
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     _health_state(rest)
@@ -650,7 +663,6 @@ def test_a_run_whose_worker_died_is_failed_from_the_rest_deployments_lease_store
         assert BELOW not in [e.table for r in alive.run_requests or [] for e in _entries(r)]
         worker.kill()
         worker.wait()
-        time.sleep(4)
         healed = table_health_sensor(_sensor_context(rest, instance, config))
 
     failed = instance.get_run_by_id(run.run_id)

@@ -305,10 +305,14 @@ class TriggerMemory:
             ]
             row: dict[str, Any] = {"table_name": record.table, "recorded_at": now}
             if record.settled_state is not None or record.still_due is not None:
-                # A state settles only where every operation did what it could: one that
-                # failed, or another maintainer kept from the table, is tried again (after
-                # its back-off).
-                done = all(a.status != "failed" and not a.held_elsewhere for a in record.attempts)
+                # A state settles only where the pass did all it could about it: every
+                # operation still due was attempted (a pass limited to others, such as a
+                # WAL ingest, settles nothing), none failed, none was kept from the table
+                # by another maintainer; those are tried again (after their back-off).
+                attempted = {a.operation for a in record.attempts}
+                done = set(still_due) <= attempted and all(
+                    a.status != "failed" and not a.held_elsewhere for a in record.attempts
+                )
                 row["settled_state"] = record.settled_state if done else None
             if record.shown_state is not None:
                 row.update(shown_state=record.shown_state, shown_at=now, materialized=True)
