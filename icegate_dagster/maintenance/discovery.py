@@ -175,7 +175,8 @@ def overlapping_tables(key: str, location: str, locations: dict[str, str]) -> li
 
 class TableLocations:
     """Every table's location, listed once (on first use) and shared by the threads of a
-    pass: orphan removal lists a table's folder, so it refuses folders that overlap."""
+    pass: orphan removal lists a table's folder, and every deleting operation consults the
+    tables whose folders overlap (see :mod:`.sharing`)."""
 
     def __init__(self, catalog: Callable[[], Catalog], clean: Callable[[str], str] = str) -> None:
         self._catalog = catalog
@@ -184,7 +185,15 @@ class TableLocations:
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
 
-    def _listed(self) -> tuple[dict[str, str], dict[str, str]]:
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog the locations are listed from."""
+        return self._catalog()
+
+    def listed(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Every table's normalized location (key -> location), and the tables whose
+        location could not be read (key -> error); listed on first use. Raises when the
+        catalog itself cannot be listed."""
         with self._lock:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
@@ -192,12 +201,10 @@ class TableLocations:
                 self._unreadable = unreadable
             return self._locations, self._unreadable
 
-    def refuse_overlaps(self, operation: str, key: str, location: str) -> None:
-        """Raise unless ``key``'s folder (``location``) holds no other table's files.
-
-        Fails closed: a table whose location is unknown may lie inside this one's folder.
-        """
-        locations, unreadable = self._listed()
+    def refuse_unknown(self, operation: str, key: str, location: str) -> None:
+        """Raise while another table's location cannot be read: it may lie in ``key``'s
+        folder (``location``), its live files looking orphaned there."""
+        _, unreadable = self.listed()
         unknown = {k: v for k, v in unreadable.items() if k != key}
         if unknown:
             named = "; ".join(f"{k} ({v})" for k, v in unknown.items())
@@ -206,13 +213,6 @@ class TableLocations:
                 f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
                 f"in {location} and look orphaned: {named}; repair or drop "
                 f"{'it' if len(unknown) == 1 else 'them'} first"
-            )
-        shared = overlapping_tables(key, location, locations)
-        if shared:
-            raise OperationError(
-                f"refusing {operation} on {key}: its location {location} "
-                f"overlaps the location of {', '.join(shared)}, whose live files would look "
-                "orphaned; give each table its own folder"
             )
 
 
