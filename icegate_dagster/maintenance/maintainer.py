@@ -24,6 +24,7 @@ from icegate_dagster.maintenance.discovery import (
     load_table,
     resolve_table,
 )
+from icegate_dagster.maintenance.exclusion import Exclusion, table_exclusion
 from icegate_dagster.maintenance.health.stats import StatsCache
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.leases.holder import TableLeasing
@@ -42,6 +43,7 @@ from icegate_dagster.maintenance.ops import (
 from icegate_dagster.maintenance.orphans.candidates import candidates_table
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.results import OpResult, Outcome, TableResult, TableStats
+from icegate_dagster.maintenance.sharing import Sharing, table_sharing
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -142,6 +144,16 @@ class Maintainer:
         if ref.key == self.config.log_table and ref.key not in self.config.table_overrides:
             return upkeep.log_table_settings(self.config.defaults)
         return self.config.for_table(ref.key)
+
+    def exclusion(self, ref: TableRef, table: Table) -> Exclusion:
+        """What ``ref`` is excluded from (its settings and ``table``'s properties); raises
+        naming a bad ``icegate.maintenance.enabled`` value."""
+        return table_exclusion(self.settings(ref), ref.key, table.properties)
+
+    def sharing(self, ref: TableRef, table: Table) -> Sharing:
+        """The tables whose location overlaps ``ref``'s, and whether that is unsafe
+        (every table's location listed once per maintainer)."""
+        return table_sharing(self._locations, ref.key, table)
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
         """The full pass for ``ref``: the registered operations that apply to it

@@ -124,8 +124,10 @@ def table_sharing(locations: TableLocations, key: str, table: Table) -> Sharing:
 def table_references(table: Table) -> frozenset[str]:
     """Every file ``table``'s metadata reaches, in one spelling (:func:`normalize_location`):
     its current and logged metadata files, the statistics files, every snapshot's manifest
-    list (so every branch and tag), the manifests they list and every file those name
-    (entries of removed files included: a superset is the safe side)."""
+    list (so every branch and tag), the manifests they list and the data and delete files
+    they list live (added or existing). A file only a ``DELETED`` entry names is read by no
+    snapshot: where a kept snapshot still reads it, that snapshot's manifests list it live,
+    the rule expiry's own diff follows."""
     metadata = table.metadata
     paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
     paths.update(s.statistics_path for s in metadata.statistics)
@@ -137,7 +139,7 @@ def table_references(table: Table) -> frozenset[str]:
             manifests.setdefault(manifest.manifest_path, manifest)
     for path, manifest in manifests.items():
         paths.add(path)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             paths.add(entry.data_file.file_path)
     return frozenset(normalize_location(p) for p in paths if p)
 
