@@ -111,6 +111,13 @@ def sharing_of(
     )
 
 
+def locations_of(tables: Mapping[str, Table]) -> dict[str, str]:
+    """The normalized location of each loaded table (key -> location): a map for
+    :func:`sharing_of` built from tables already in hand, with no catalog listing. It sees
+    overlaps among those tables only (:class:`~..discovery.TableLocations` lists them all)."""
+    return {key: normalize_location(table.location()) for key, table in tables.items()}
+
+
 def table_sharing(locations: TableLocations, key: str, table: Table) -> Sharing:
     """:func:`sharing_of` for a loaded table, against the locations listed once by
     ``locations`` (every table of the catalog). Raises when the catalog cannot be listed."""

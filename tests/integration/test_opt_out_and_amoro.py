@@ -5,6 +5,7 @@ back by Spark and DuckDB."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -23,6 +24,11 @@ MINE = "lakehouse.mine"
 ARCHIVED = "archive.old"
 
 
+@functools.cache
+def _duckdb() -> Any:
+    return duckdb_iceberg()
+
+
 def _rows(lh: Lakehouse, key: str) -> Counter[tuple[Any, ...]]:
     """The table's rows read by Spark, checked against DuckDB's reading."""
     name = TableRef.parse(key).spark_identifier(lh.config.catalog.name)
@@ -30,7 +36,7 @@ def _rows(lh: Lakehouse, key: str) -> Counter[tuple[Any, ...]]:
         tuple(r) for r in get_spark(lh.config).sql(f"SELECT id, service FROM {name}").collect()
     )
     query = "SELECT id, service FROM iceberg_scan(?)"
-    duck = duckdb_iceberg().execute(query, [lh.table(key).metadata_location]).fetchall()
+    duck = _duckdb().execute(query, [lh.table(key).metadata_location]).fetchall()
     assert Counter(tuple(r) for r in duck) == spark, key
     return spark
 
