@@ -552,7 +552,8 @@ class ExpireSnapshots(Operation):
         verb = "deleting" if rule.delete_files else "leaving to remove_orphan_files"
         figures: dict[str, Any] = {**plan.output(), "files_deleted": rule.delete_files}
         if error is not None:
-            figures.update(sharing_error=error, bytes_to_free=0, files_to_free=0)
+            figures.update({key: 0 for key in figures if key.endswith("_to_free")})
+            figures["sharing_error"] = error
             return Outcome.skip(
                 f"dry run: {len(plan.snapshot_ids)} of {ctx.before.snapshots} snapshots would "
                 f"expire, deleting no file: {error}",
