@@ -275,3 +275,31 @@ def test_a_table_nested_in_anothers_folder_keeps_the_files_it_shares(
     assert _op(passed, INNER, "remove_orphan_files")["output"]["tables_consulted"] == [EVENTS]
     _assert_intact(lh, rows, before)
     assert shared.exists()
+
+
+def test_when_a_sharing_table_cannot_be_read_expiry_commits_and_deletes_nothing(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lh = lakehouse_factory(maintain=MAINTAIN)
+    orders = lh.add_table(ORDERS, appends=2)
+    lh.catalog.register_table(("lakehouse", "twin"), orders.metadata_location)
+    lh.table(TWIN).append(batch(40_000, ("api",)))
+    # The twin's own newest manifest list is lost: which files it reads cannot be told.
+    twin_snapshot = lh.table(TWIN).current_snapshot()
+    assert twin_snapshot is not None
+    _local(twin_snapshot.manifest_list).unlink()
+    orders.overwrite(batch(60_000, ("api", "web")))
+    time.sleep(1.1)
+    snapshots = len(lh.table(ORDERS).metadata.snapshots)
+    on_disk = {p for p in _local(orders.location()).rglob("*") if p.is_file()}
+
+    code, report = _cli(capsys, "expire", "--table", ORDERS, "--config", str(lh.config_path))
+
+    assert code == 1, report
+    op = _op(report, ORDERS, "expire_snapshots")
+    assert op["status"] == "failed"
+    assert "deleted no file" in op["details"] and TWIN in op["details"]
+    assert TWIN in op["output"]["sharing_error"]
+    assert len(lh.table(ORDERS).metadata.snapshots) == 1 < snapshots  # committed
+    assert all(p.exists() for p in on_disk)  # nothing deleted
+    assert _current(lh, ORDERS) == _duckdb_rows(lh, ORDERS)
