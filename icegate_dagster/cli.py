@@ -7,6 +7,7 @@ ran), 2 for bad usage or configuration.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icegate_dagster.maintenance.health.score import TableHealth
+    from icegate_dagster.maintenance.sharing import Sharing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -228,12 +230,18 @@ def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:
 
 def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> int:
     """``status``: stats, score and due operations per table, no JVM; a table that cannot
-    be read or assessed is reported on its own row (exit 1), the others as usual."""
+    be read or assessed is reported on its own row (exit 1), the others as usual. Tables
+    excluded from maintenance say so (not a failure), and so do tables that share their
+    location without ``gc.enabled=false`` (a warning)."""
     from icegate_dagster.catalog import scrub
     from icegate_dagster.errors import describe_error
 
+    def describe(exc: Exception) -> str:
+        return describe_error(exc, lambda text: scrub(text, maintainer.config))
+
     stats: list[tuple[str, TableStats | None, str | None]] = []
     healths: dict[str, TableHealth] = {}
+    sharings: dict[str, Sharing] = {}
     for target in _targets(maintainer, names):
         if isinstance(target, TableResult):
             stats.append((target.table, None, target.error))
@@ -242,14 +250,15 @@ def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> i
             table = maintainer.load(target)
             table_stats = maintainer.stats(target, table)
         except Exception as exc:  # unreadable metadata (a missing manifest...): this table only
-            error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-            stats.append((target.key, None, error))
+            stats.append((target.key, None, describe(exc)))
             continue
+        # The catalog cannot be listed: nothing to say of sharing.
+        with contextlib.suppress(Exception):
+            sharings[target.key] = maintainer.sharing(target, table)
         try:
             healths[target.key] = _health(maintainer, target, table)
         except Exception as exc:  # e.g. a bad icegate.health.* property: this table only
-            error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-            stats.append((target.key, table_stats, f"cannot assess its health: {error}"))
+            stats.append((target.key, table_stats, f"cannot assess its health: {describe(exc)}"))
             continue
         stats.append((target.key, table_stats, None))
     if as_json:
@@ -258,13 +267,17 @@ def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> i
                 "table": t,
                 "stats": s.as_dict() if s else None,
                 "health": healths[t].as_dict() if t in healths else None,
+                "sharing": sharings[t].as_dict() if t in sharings else None,
                 "error": e,
             }
             for t, s, e in stats
         ]
         print(json.dumps(document, indent=2))
     else:
-        print(render.status_table(stats, healths))
+        print(render.status_table(stats, healths, sharings))
+        warnings = [w for t, _, _ in stats if t in sharings and (w := sharings[t].warning())]
+        for warning in warnings:
+            print(f"\nwarning: {warning}")
     return EXIT_OK if all(e is None for _, _, e in stats) else EXIT_FAILED
 
 

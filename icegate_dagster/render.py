@@ -13,6 +13,7 @@ from icegate_dagster.maintenance.results import TableResult, TableStats
 
 if TYPE_CHECKING:
     from icegate_dagster.maintenance.health.score import TableHealth
+    from icegate_dagster.maintenance.sharing import Sharing
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -97,20 +98,38 @@ SHORT_OPERATION_NAMES: Mapping[str, str] = {
 def status_table(
     stats: Sequence[tuple[str, TableStats | None, str | None]],
     health: Mapping[str, TableHealth] | None = None,
+    sharing: Mapping[str, Sharing] | None = None,
 ) -> str:
-    """Current state of each table; with ``health`` (by table), its score and due operations."""
+    """Current state of each table; with ``health`` (by table), its score and due operations
+    (``excluded`` for a table excluded from maintenance); the last column says why, what is
+    left to another optimizer, whose location it shares (``sharing``) and any error."""
     health = health or {}
+    sharing = sharing or {}
     rows: list[list[object]] = []
     for name, s, error in stats:
         h = health.get(name)
         score = f"{h.score:g}" if h is not None else "-"
-        due = (
-            ", ".join(SHORT_OPERATION_NAMES.get(op, op) for op in h.due_operations) or "-"
-            if h is not None
-            else "-"
-        )
+        if h is None:
+            due = "-"
+        elif h.excluded is not None:
+            due = "excluded"
+        else:
+            due = ", ".join(SHORT_OPERATION_NAMES.get(op, op) for op in h.due_operations) or "-"
+        notes = []
+        if h is not None and h.excluded is not None:
+            notes.append(h.excluded)
+        elif h is not None and h.excluded_operations:
+            reasons = sorted(set(h.excluded_operations.values()))
+            notes.append(f"{', '.join(sorted(h.excluded_operations))}: {'; '.join(reasons)}")
+        shared = sharing.get(name)
+        if shared is not None and shared.shared:
+            gc = "" if shared.gc_disabled else ", without gc.enabled=false (see below)"
+            notes.append(f"shares its location with {', '.join(shared.overlapping)}{gc}")
+        if error:
+            notes.append(f"error: {error}")
+        note = "; ".join(notes)
         if s is None:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", score, due, f"error: {error}"])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", score, due, note])
             continue
         rows.append(
             [
@@ -124,7 +143,7 @@ def status_table(
                 s.rows,
                 score,
                 due,
-                f"error: {error}" if error else "",
+                note,
             ]
         )
     headers = ["table", "data files", "small", "deletes", "bytes", "snapshots", "manifests"]

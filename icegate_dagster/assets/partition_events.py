@@ -22,6 +22,7 @@ from icegate_dagster import render
 from icegate_dagster.catalog import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS, TableRef, TableResult, TableStats
+from icegate_dagster.maintenance.exclusion import NOT_EXCLUDED, Exclusion
 from icegate_dagster.maintenance.health.checks import (
     CheckOutcome,
     evaluate_health,
@@ -29,10 +30,13 @@ from icegate_dagster.maintenance.health.checks import (
 )
 from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
 from icegate_dagster.maintenance.health.summary import table_state
+from icegate_dagster.maintenance.sharing import Sharing
 from icegate_dagster.maintenance.trigger.records import error_state, shown_state
 from icegate_dagster.maintenance.wal import WalStats, wal_stats
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from icegate_dagster.maintenance import Maintainer
     from icegate_dagster.maintenance.health.summary import Assessed
 
@@ -87,6 +91,9 @@ def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
         metadata[f"{op.operation}_duration_s"] = round(op.duration_s, 3)
     if result.error:
         metadata["error"] = result.error
+    consulted = sorted({t for op in result.ops for t in op.output.get("tables_consulted") or ()})
+    if consulted:  # tables sharing the location whose references kept files from deletion
+        metadata["tables_consulted"] = ", ".join(consulted)
     metadata["ops"] = dg.MetadataValue.md(render.ops_markdown(result))
     metadata["ops_json"] = dg.MetadataValue.json([op.as_dict() for op in result.ops])
     return metadata
@@ -139,18 +146,60 @@ class TableRecord:
         verdict = next(o for o in self.outcomes if o.name == "healthy")
         if self.health is None:
             return error_state(verdict.description)
-        return shown_state(verdict.passed, self.health.due_operations)
+        return shown_state(
+            verdict.passed, self.health.due_operations, self.health.excluded is not None
+        )
 
     def still_due(self) -> dict[str, str] | None:
         """The operations due right after the pass, with why (None: not assessed)."""
         return None if self.health is None else {d.operation: d.reason for d in self.health.due}
 
 
+def exclusion_metadata(exclusion: Exclusion, sharing: Sharing | None) -> dict[str, Any]:
+    """What a partition's page says of the table's exclusion and sharing: ``excluded`` (why
+    it, or some of its operations, are not maintained here), ``shares_location_with`` (the
+    tables whose location overlaps its own) and ``sharing_warning`` (when it shares its
+    location without ``gc.enabled=false``). Empty for a table with neither."""
+    metadata: dict[str, Any] = {}
+    if exclusion.summary is not None:
+        metadata["excluded"] = dg.MetadataValue.text(exclusion.summary)
+    if sharing is not None and sharing.shared:
+        metadata["shares_location_with"] = dg.MetadataValue.text(", ".join(sharing.overlapping))
+    warning = sharing.warning() if sharing is not None else None
+    if warning is not None:
+        metadata["sharing_warning"] = dg.MetadataValue.text(warning)
+    return metadata
+
+
+def _standing(
+    maintainer: Maintainer, ref: TableRef | None
+) -> tuple[Table | None, Exclusion, Sharing | None]:
+    """The table now, what it is excluded from and its sharing, as far as they can be read
+    (what cannot be is left out here: its health check says why)."""
+    if ref is None:
+        return None, NOT_EXCLUDED, None
+    try:
+        table = maintainer.load(ref)
+    except Exception:
+        return None, NOT_EXCLUDED, None
+    try:
+        exclusion = maintainer.exclusion(ref, table)
+    except Exception:  # a bad icegate.maintenance.enabled: its operations failed, naming it
+        exclusion = NOT_EXCLUDED
+    try:
+        sharing: Sharing | None = maintainer.sharing(ref, table)
+    except Exception:  # the catalog cannot be listed now: nothing to say of sharing
+        sharing = None
+    return table, exclusion, sharing
+
+
 def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResult) -> TableRecord:
     """What a pass over one table records in Dagster: the contract's metadata, one verdict
     per check, and the table's health after the pass (pyiceberg, no JVM). A table whose WAL
-    cannot be listed, or whose health cannot be assessed, fails that check alone."""
+    cannot be listed, or whose health cannot be assessed, fails that check alone; checks of
+    operations the table is excluded from pass, saying so."""
     config = maintainer.config
+    table, exclusion, sharing = _standing(maintainer, ref)
     wal_error: str | None = None
     try:
         wal = wal_stats(config.wal_root, ref) if ref is not None else WalStats(0, 0)
@@ -159,7 +208,7 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
             f"cannot list the WAL of {result.table}: {type(exc).__name__}: {exc}", config
         )
         wal = WalStats(0, 0)
-    outcomes = evaluate_health(result, config.for_table(result.table), wal)
+    outcomes = evaluate_health(result, config.for_table(result.table), wal, exclusion)
     if wal_error is not None:
         outcomes = [
             CheckOutcome("wal_backlog", False, wal_error, {"error": wal_error})
@@ -168,7 +217,7 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
             for outcome in outcomes
         ]
     health, health_check, location = health_after(
-        maintainer, result.table, ref, wal if wal_error is None else None
+        maintainer, result.table, ref, wal if wal_error is None else None, table
     )
     outcomes.append(health_check)
     # The state the trigger compares with: the WAL as it sees it (none without wal.root).
@@ -178,7 +227,11 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
         if health is not None and wal_error is None
         else None
     )
-    metadata = {**health_metadata(health, health_check), **partition_metadata(result, wal)}
+    metadata = {
+        **health_metadata(health, health_check),
+        **exclusion_metadata(exclusion, sharing),
+        **partition_metadata(result, wal),
+    }
     if health is None:
         metadata["health_error"] = health_check.description
     if wal_error is not None:
@@ -191,16 +244,21 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
 
 
 def health_after(
-    maintainer: Maintainer, key: str, ref: TableRef | None, wal: WalStats | None
+    maintainer: Maintainer,
+    key: str,
+    ref: TableRef | None,
+    wal: WalStats | None,
+    table: Table | None = None,
 ) -> tuple[TableHealth | None, CheckOutcome, str | None]:
-    """The table's health now (pyiceberg, no JVM), its ``healthy`` verdict and the metadata
-    file assessed; a table that cannot be assessed fails that check alone."""
+    """The table's health now (pyiceberg, no JVM; ``table`` when just loaded), its
+    ``healthy`` verdict and the metadata file assessed; a table that cannot be assessed
+    fails that check alone."""
     if ref is None:
         return None, health_score_check(None, 0.0, f"{key} could not be resolved"), None
     settings = maintainer.settings(ref)
     min_score = settings.health.min_score
     try:
-        iceberg = maintainer.load(ref)
+        iceberg = table if table is not None else maintainer.load(ref)
         min_score = thresholds_for(settings, iceberg.properties).min_score
         health = assess_table(iceberg, key, settings, datetime.now(UTC), wal)
     except Exception as exc:  # this check fails; the table's other checks stand

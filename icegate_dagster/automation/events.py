@@ -70,6 +70,22 @@ OBSERVED_BY = "table_health_sensor, from Iceberg metadata"
 Event = dg.AssetMaterialization | dg.AssetObservation
 
 
+def excluded_metadata(health: HealthSummary | None) -> dict[str, Any]:
+    """``excluded``, as a run's materialization says it: why the table, or some of its
+    operations, are not maintained here (empty when nothing is excluded)."""
+    if health is None:
+        return {}
+    if health.excluded is not None:
+        return {"excluded": dg.MetadataValue.text(health.excluded)}
+    if health.excluded_operations:
+        reasons: dict[str, list[str]] = {}
+        for operation, why in sorted(health.excluded_operations.items()):
+            reasons.setdefault(why, []).append(operation)
+        text = "; ".join(f"{', '.join(ops)}: {why}" for why, ops in reasons.items())
+        return {"excluded": dg.MetadataValue.text(text)}
+    return {}
+
+
 def assessment_event(
     key: str, health: HealthSummary, verdict: CheckOutcome
 ) -> dg.AssetMaterialization:
@@ -78,6 +94,7 @@ def assessment_event(
     figures = health.figures()
     metadata: dict[str, Any] = {
         **health_metadata(health, verdict),
+        **excluded_metadata(health),
         "recorded_by": ASSESSED_BY,
         "files_after": figures["data_files"],
         "bytes_after": figures["data_bytes"],
@@ -108,7 +125,11 @@ def observation_event(
     metadata: dict[str, Any] = {
         "health_score": dg.MetadataValue.null(),
         "due_operations": dg.MetadataValue.text("unknown"),
+        # Always present: a page shows each key's newest value, so "none" must replace a
+        # table's earlier exclusion.
+        "excluded": dg.MetadataValue.text("none"),
         **health_metadata(health, verdict),
+        **excluded_metadata(health),
         "figures": dg.MetadataValue.json(verdict.metadata.get("figures") or {}),
         "state": dg.MetadataValue.text(state),
         "observed_by": OBSERVED_BY,
@@ -160,7 +181,9 @@ def partition_events(
         ):
             continue  # a pass recorded the page after this look: compared at the next look
         if seen.health is not None:
-            state = shown_state(seen.health.healthy, seen.health.due_operations)
+            state = shown_state(
+                seen.health.healthy, seen.health.due_operations, seen.health.excluded is not None
+            )
         else:
             state = error_state(seen.error or "")
         if remembered is not None and remembered.shown_state == state:
@@ -212,6 +235,7 @@ def describe(report: LakehouseHealth) -> str:
     if not report.assessed:
         return f"none of {report.tables} tables could be assessed"
     failing = f", {len(report.failing)} failing" if report.failing else ""
+    failing += f", {len(report.excluded)} excluded" if report.excluded else ""
     return (
         f"{report.assessed} of {report.tables} tables assessed: {report.unhealthy} unhealthy"
         f"{failing}, {report.tables_due} with due work, mean score {report.mean_score}"
@@ -238,6 +262,10 @@ def lakehouse_health_metadata(report: LakehouseHealth) -> dict[str, Any]:
         metadata["unreadable_tables"] = dg.MetadataValue.json(report.errors)
     if report.failing:
         metadata["failing_tables"] = dg.MetadataValue.json(report.failing)
+    if report.excluded:
+        metadata["excluded_tables"] = dg.MetadataValue.json(report.excluded)
+    if report.unsafe_sharing:
+        metadata["unsafe_sharing"] = dg.MetadataValue.json(report.unsafe_sharing)
     return metadata
 
 

@@ -35,7 +35,12 @@ from icegate_dagster.automation.events import (
     lakehouse_event,
     partition_events,
 )
-from icegate_dagster.automation.look import LakehouseLook, list_tables, look_at_lakehouse
+from icegate_dagster.automation.look import (
+    LakehouseLook,
+    list_tables,
+    look_at_lakehouse,
+    unsafe_sharing,
+)
 from icegate_dagster.automation.requests import sensor_run_requests
 from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, BatchEntry
 from icegate_dagster.automation.tick import Tick, partitions_to_add
@@ -230,12 +235,19 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         memory,
         busy=[r.table for r in selection.requested] + list(busy),
     )
+    sharing = unsafe_sharing(look)
+    if sharing:
+        tick.warnings.append(
+            f"{len(sharing)} tables share their location without gc.enabled=false: "
+            + _some([f"{t} (with {', '.join(sh.overlapping)})" for t, sh in sharing.items()])
+        )
     report = summarize(
         list(look.healths.values()),
         tables=len(look.tables),
         errors=look.errors,
         selection=selection,
         failing=failing_tables(memory),
+        unsafe_sharing={t: sh.warning() or "" for t, sh in sharing.items()},
     )
     events = list(page.events)
     digest = lakehouse_digest(report)

@@ -32,15 +32,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from icegate_dagster.catalog import scrub
-from icegate_dagster.errors import CatalogUnavailableError, IcegateError, describe_error
+from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.discovery import (
+    LOCATIONS,
+    all_overlaps,
+    sql_metadata_locations,
+)
 from icegate_dagster.maintenance.health.score import assess_table, next_look_at, thresholds_for
 from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.ops.base import gc_disabled
+from icegate_dagster.maintenance.sharing import Sharing, sharing_of
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
 from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
 #: A table that could not be read is tried again after this long.
@@ -63,8 +69,7 @@ def list_tables(maintainer: Maintainer) -> Listing:
     own left out), as discovery lists them; with its metadata file on a SQL catalog, from
     one query. A catalog that cannot be listed raises
     :class:`~icegate_dagster.errors.CatalogUnavailableError`."""
-    catalog = maintainer.catalog
-    locations = _sql_locations(catalog, maintainer.config.catalog.name)
+    locations = sql_metadata_locations(maintainer.catalog)
     if locations is None:
         return Listing({ref.key: None for ref in maintainer.discover()}, cheap=False)
     wanted = maintainer.config.namespaces
@@ -82,29 +87,6 @@ def list_tables(maintainer: Maintainer) -> Listing:
         if not ref.is_internal and ref.key not in own:
             tables[ref.key] = location
     return Listing(dict(sorted(tables.items())), cheap=True)
-
-
-def _sql_locations(catalog: Catalog, name: str) -> dict[tuple[str, str], str | None] | None:
-    """Every table's metadata file of a pyiceberg SQL catalog in one query (views left
-    out); None for any other kind of catalog."""
-    try:
-        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-    except ImportError:  # pyiceberg without its SQL extra
-        return None
-    if not isinstance(catalog, SqlCatalog):
-        return None
-    from sqlalchemy import or_, select
-
-    columns = IcebergTables
-    query = select(columns.table_namespace, columns.table_name, columns.metadata_location).where(
-        columns.catalog_name == name,
-        or_(columns.iceberg_type.is_(None), columns.iceberg_type == "TABLE"),
-    )
-    try:
-        with catalog.engine.connect() as conn:
-            return {(str(ns), str(t)): loc for ns, t, loc in conn.execute(query)}
-    except Exception as exc:
-        raise CatalogUnavailableError(f"cannot list the catalog's tables: {exc}") from None
 
 
 def wal_text(wal: WalStats | None) -> str | None:
@@ -273,7 +255,18 @@ def look_at(
         error = describe_error(exc, lambda text: scrub(text, config))
         return StoredLook(key, None, wal_text(wal), now, None, None, error)
     recheck = max(later.timestamp(), now + MIN_RECHECK_S) if later is not None else None
-    return StoredLook(key, table.metadata_location, wal_text(wal), now, recheck, summary)
+    location = table.location()
+    LOCATIONS.put(table.metadata_location, location)
+    return StoredLook(
+        key,
+        table.metadata_location,
+        wal_text(wal),
+        now,
+        recheck,
+        summary,
+        location=location,
+        gc_disabled=gc_disabled(table) is not None,
+    )
 
 
 def look_at_lakehouse(
@@ -345,3 +338,17 @@ def look_at_lakehouse(
         resume_at=next_start,
         now=now,
     )
+
+
+def unsafe_sharing(look: LakehouseLook) -> dict[str, Sharing]:
+    """The tables that share their location with another without ``gc.enabled=false``
+    (``maintenance.sharing``), from every table's last look: a sweep over the locations, no
+    table loaded."""
+    located = {t: seen.location for t, seen in look.looks.items() if seen.location}
+    found = {}
+    for table, others in all_overlaps(located).items():
+        properties = {"gc.enabled": "false"} if look.looks[table].gc_disabled else {}
+        sharing = sharing_of(table, located[table], properties, {t: located[t] for t in others})
+        if sharing.unsafe:
+            found[table] = sharing
+    return found

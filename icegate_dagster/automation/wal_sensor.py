@@ -19,6 +19,7 @@ for the due tables.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
 
@@ -28,8 +29,9 @@ from icegate_dagster.automation.look import list_tables
 from icegate_dagster.automation.requests import sensor_run_requests
 from icegate_dagster.automation.runs import BATCH_JOB, WAL_SENSOR, BatchEntry
 from icegate_dagster.automation.tick import Tick, partitions_to_add
-from icegate_dagster.errors import describe_error
+from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
+from icegate_dagster.maintenance.exclusion import exclusion_of
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.selection import waiting_since
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_backlogs
@@ -48,6 +50,26 @@ def backlog_id(table: str, stats: WalStats) -> str:
 def _some(items: Sequence[str]) -> str:
     more = f"; and {len(items) - NAMED} more" if len(items) > NAMED else ""
     return "; ".join(items[:NAMED]) + more
+
+
+def wal_exclusions(tick: Tick, tables: list[str]) -> dict[str, str]:
+    """The tables whose WAL ingest is excluded from maintenance, with why: by the
+    configuration, or by a table property the health trigger's last look read (one question
+    to the trigger's memory; a table not looked at yet is judged by the configuration)."""
+    looks = {}
+    if tick.memory is not None:
+        with contextlib.suppress(Exception):  # judged by the configuration alone
+            looks = tick.memory.stored_looks(tables)
+    excluded = {}
+    for table in tables:
+        seen = looks.get(table)
+        why = seen.health.excluded_operations.get(OPERATION) if seen and seen.health else None
+        if why is None:
+            with contextlib.suppress(IcegateError):  # a bad setting fails the run, naming it
+                why = exclusion_of(tick.config, table, {}).reason(OPERATION)
+        if why is not None:
+            excluded[table] = why
+    return excluded
 
 
 def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult | dg.SkipReason:
@@ -98,8 +120,11 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
     if lost:
         tick.warnings.append("requests no run answered, counted as failures: " + _some(lost))
 
+    excluded = wal_exclusions(tick, list(due))
     in_flight, backing_off, ready = [], [], []
     for table in due:
+        if table in excluded:
+            continue
         if table in busy:
             in_flight.append(f"{table} ({busy[table]})")
             continue
@@ -134,6 +159,11 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
             )
         if backing_off:
             reasons.append("backing off after failed ingests: " + _some(backing_off))
+        if excluded:
+            reasons.append(
+                f"{len(excluded)} tables over their WAL thresholds are excluded from "
+                "maintenance: " + _some([f"{t} ({why})" for t, why in excluded.items()])
+            )
         return dg.SensorResult(skip_reason="; ".join(reasons), dynamic_partitions_requests=add)
 
     decisions = tick.memory.record_requests(

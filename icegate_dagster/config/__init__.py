@@ -38,6 +38,7 @@ from icegate_dagster.config.models import (
     DEFAULT_LOG_TABLE,
     DEFAULT_PARALLEL_TABLES,
     MIN_ORPHAN_RETENTION,
+    NAMESPACE_WILDCARD,
     CatalogSettings,
     CompactionSettings,
     ExpireSnapshotsSettings,
@@ -53,6 +54,7 @@ from icegate_dagster.config.models import (
     TableSettings,
     TableStatsSettings,
     TriggerSettings,
+    namespace_key,
 )
 from icegate_dagster.config.values import (
     Duration,
@@ -73,6 +75,7 @@ __all__ = [
     "DEFAULT_PARALLEL_TABLES",
     "EMBEDDED_DIR",
     "MIN_ORPHAN_RETENTION",
+    "NAMESPACE_WILDCARD",
     "CatalogSettings",
     "CompactionSettings",
     "Duration",
@@ -95,6 +98,7 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "load_config",
+    "namespace_key",
     "parse_duration",
     "parse_size",
     "resolve_config_path",

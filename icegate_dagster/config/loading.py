@@ -20,11 +20,13 @@ from pydantic import ValidationError
 from icegate_dagster.config.models import (
     _FILE_KEYS,
     DEFAULT_CATALOG_NAME,
+    NAMESPACE_WILDCARD,
     IcegateConfig,
     TableSettings,
     _config_error,
     _deep_merge,
     _fail,
+    namespace_key,
 )
 from icegate_dagster.errors import ConfigError
 
@@ -41,7 +43,8 @@ _SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
 
 
 def _blocks() -> list[str]:
-    """The operation blocks of :class:`TableSettings`."""
+    """The keys of :class:`TableSettings` written under ``maintain:`` and per table: the
+    operation blocks, ``enabled`` and ``defer_to_amoro``."""
     return [name for name in TableSettings.model_fields if name != "retention"]
 
 
@@ -121,22 +124,37 @@ def _fields_from_file(
     defaults = {name: maintain[name] for name in _blocks() if name in maintain}
     fields["defaults"] = defaults
 
-    # A table's settings: its own blocks laid over the defaults, its retention rule from
-    # maintain.tables or else maintain.retention. Unknown keys are left for TableSettings.
+    # A table's settings: its own blocks laid over its namespace's (``ns.*``, if any) and
+    # the defaults, its retention rule from maintain.tables or else maintain.retention.
+    # Unknown keys are left for TableSettings.
     rules = _section(maintain.get("retention"), "maintain.retention")
     tables = _section(maintain.get("tables"), "maintain.tables")
-    overrides: dict[Any, Any] = {}
-    for table in dict.fromkeys([*rules, *tables]):
-        own = tables.get(table)
+
+    def laid_over(base: Mapping[str, Any], own: object, table: Any) -> object:
         if own is None:
             own = {}
-        if isinstance(own, Mapping):
-            own = {
-                **own,
-                **{name: _merged_block(defaults.get(name), own.get(name)) for name in _blocks()},
-                "retention": own.get("retention", rules.get(table)),
-            }
-        overrides[table] = own
+        if not isinstance(own, Mapping):
+            return own  # for the model to refuse
+        merged = {name: _merged_block(base.get(name), own.get(name)) for name in _blocks()}
+        return {
+            **own,
+            # Neither set (or set empty): the model's default.
+            **{name: value for name, value in merged.items() if value is not None},
+            "retention": own.get("retention", rules.get(table, base.get("retention"))),
+        }
+
+    namespaces: dict[str, Any] = {
+        str(key): laid_over(defaults, tables.get(key), key)
+        for key in tables
+        if isinstance(key, str) and key.endswith(NAMESPACE_WILDCARD)
+    }
+    overrides: dict[Any, Any] = dict(namespaces)
+    for table in dict.fromkeys([*rules, *tables]):
+        if table in namespaces:
+            continue
+        namespace = namespaces.get(namespace_key(table)) if isinstance(table, str) else None
+        base = namespace if isinstance(namespace, Mapping) else defaults
+        overrides[table] = laid_over(base, tables.get(table), table)
     fields["table_overrides"] = overrides
     # A bad table name found only under maintain.retention is named there.
     file_keys: dict[tuple[str | int, ...], str] = {

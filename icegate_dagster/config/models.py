@@ -74,6 +74,29 @@ def _table_name(value: object) -> object:
     return value
 
 
+#: The ending of a ``maintain.tables`` key that applies to a whole namespace.
+NAMESPACE_WILDCARD = ".*"
+
+
+def _table_key(value: object) -> object:
+    """A ``maintain.tables`` key: ``namespace.table``, or ``namespace.*`` for every table of
+    the namespace (no other pattern)."""
+    value = _table_name(value)
+    assert isinstance(value, str)
+    stem = value.removesuffix(NAMESPACE_WILDCARD) if value.endswith(NAMESPACE_WILDCARD) else value
+    if "*" in stem or not stem:
+        raise ValueError(
+            "must name a table as namespace.table, or every table of a namespace as "
+            "namespace.* (no other pattern)"
+        )
+    return value
+
+
+def namespace_key(table: str) -> str:
+    """The ``maintain.tables`` key of ``table``'s whole namespace: ``ns.t`` -> ``ns.*``."""
+    return table.rpartition(".")[0] + NAMESPACE_WILDCARD
+
+
 def _resolve_location(value: str, base_dir: Path) -> str:
     """Make a path-like location absolute against the config file's folder.
 
@@ -109,6 +132,7 @@ _Properties = Annotated[
     BeforeValidator(_mapping_input),
 ]
 _TableName = Annotated[str, BeforeValidator(_table_name)]
+_TableKey = Annotated[str, BeforeValidator(_table_key)]
 
 
 class _Settings(BaseModel):
@@ -347,6 +371,13 @@ class TableSettings(_Settings):
     health: HealthSettings = HealthSettings()
     rewrite_position_delete_files: RewritePositionDeletesSettings = RewritePositionDeletesSettings()
     compute_table_stats: TableStatsSettings = TableStatsSettings()
+    #: ``false`` excludes the table from every maintenance operation (shown as excluded,
+    #: not failing); so does the table property ``icegate.maintenance.enabled=false``.
+    enabled: bool = True
+    #: Tables whose property ``self-optimizing.enabled=true`` says Apache Amoro optimizes
+    #: them are left to Amoro for rewrites (``optimize``, ``rewrite_position_delete_files``);
+    #: ``false`` rewrites them here too.
+    defer_to_amoro: bool = True
     #: Only tables with a rule (``maintain.retention`` or ``maintain.tables``) have one.
     retention: RetentionSettings | None = None
 
@@ -423,8 +454,9 @@ class IcegateConfig(_Settings):
     log_table: _TableName = DEFAULT_LOG_TABLE
     #: The blocks under ``maintain:``; ``retention`` is always None here.
     defaults: TableSettings = TableSettings()
-    #: Tables named in ``maintain.tables`` or ``maintain.retention``, defaults merged in.
-    table_overrides: Mapping[_TableName, TableSettings] = Field(default_factory=dict)
+    #: Tables named in ``maintain.tables`` or ``maintain.retention``, defaults merged in; a
+    #: ``namespace.*`` key holds the settings of that namespace's other tables.
+    table_overrides: Mapping[_TableKey, TableSettings] = Field(default_factory=dict)
     source: str
     #: How long an operation waits for another maintainer's lock on its table before skipping.
     lock_wait: Duration = DEFAULT_LOCK_WAIT
@@ -469,8 +501,13 @@ class IcegateConfig(_Settings):
         return value
 
     def for_table(self, table: str) -> TableSettings:
-        """Effective settings of ``table`` (``namespace.table``)."""
-        return self.table_overrides.get(table, self.defaults)
+        """Effective settings of ``table`` (``namespace.table``): its own entry of
+        ``maintain.tables`` (laid over its namespace's), else its namespace's
+        (``maintain.tables.<namespace>.*``), else the defaults."""
+        own = self.table_overrides.get(table)
+        if own is not None:
+            return own
+        return self.table_overrides.get(namespace_key(table), self.defaults)
 
     def with_overrides(self, **blocks: Mapping[str, Any]) -> IcegateConfig:
         """A copy whose default blocks (and every table's) have ``blocks`` merged in.

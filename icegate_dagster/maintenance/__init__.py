@@ -11,7 +11,10 @@ Its rooms, by concern:
 - :mod:`.log`: the maintenance log table and its upkeep;
 - :mod:`.orphans`: the cheap look for orphan files, deferred deletion's candidates;
 - single modules: :mod:`.results` (outcomes as dataclasses), :mod:`.identifiers` (table
-  names), :mod:`.discovery` (which tables exist), :mod:`.iceberg_java` (Iceberg's Java
+  names), :mod:`.discovery` (which tables exist), :mod:`.exclusion` (which operations a
+  table is excluded from: its opt-out, another optimizer's ownership), :mod:`.sharing`
+  (tables whose locations overlap: the unsafe ones, the files they still reference),
+  :mod:`.iceberg_java` (Iceberg's Java
   API on the driver), :mod:`.parallel` (tables side by side), :mod:`.pyiceberg_writes` (our own
   tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas),
   :mod:`.sql_store` (the shared database's engine, clock and upserts).

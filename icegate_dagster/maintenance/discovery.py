@@ -4,7 +4,8 @@ and where their folders are."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from icegate_dagster.errors import (
@@ -108,24 +109,111 @@ def all_namespaces(catalog: Catalog) -> list[tuple[str, ...]]:
     return sorted(found)
 
 
+def sql_metadata_locations(catalog: Catalog) -> dict[tuple[str, str], str | None] | None:
+    """Every table's current metadata file of a pyiceberg SQL catalog, in one query (views
+    left out), by ``(namespace, name)``; None for any other kind of catalog. A catalog that
+    cannot be queried raises :class:`~icegate_dagster.errors.CatalogUnavailableError`."""
+    try:
+        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    except ImportError:  # pyiceberg without its SQL extra
+        return None
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    from sqlalchemy import or_, select
+
+    rows = IcebergTables
+    query = select(rows.table_namespace, rows.table_name, rows.metadata_location).where(
+        rows.catalog_name == catalog.name,
+        or_(rows.iceberg_type.is_(None), rows.iceberg_type == "TABLE"),
+    )
+    try:
+        with catalog.engine.connect() as conn:
+            return {(str(ns), str(t)): loc for ns, t, loc in conn.execute(query)}
+    except Exception as exc:
+        raise CatalogUnavailableError(f"cannot list the catalog's tables: {exc}") from None
+
+
+class LocationCache:
+    """Table locations by metadata file. A metadata file never changes, so the location
+    read from it never does either: a table whose metadata file is known needs no load to
+    know its location (bounded; the least recently used go first)."""
+
+    def __init__(self, size: int = 200_000) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._locations: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, metadata_location: str | None) -> str | None:
+        """The location read from ``metadata_location`` before, if any."""
+        if metadata_location is None:
+            return None
+        with self._lock:
+            found = self._locations.get(metadata_location)
+            if found is not None:
+                self._locations.move_to_end(metadata_location)
+            return found
+
+    def put(self, metadata_location: str | None, location: str) -> None:
+        """Remember ``location`` as read from ``metadata_location``."""
+        if metadata_location is None:
+            return
+        with self._lock:
+            self._locations[metadata_location] = location
+            self._locations.move_to_end(metadata_location)
+            while len(self._locations) > self.size:
+                self._locations.popitem(last=False)
+
+    def update(self, known: Mapping[str, str]) -> None:
+        """Remember many (metadata file -> location) at once."""
+        for metadata_location, location in known.items():
+            self.put(metadata_location, location)
+
+
+#: This process's table locations, by metadata file.
+LOCATIONS = LocationCache()
+
+
 def table_locations(
     catalog: Catalog,
     unreadable: dict[str, str] | None = None,
     clean: Callable[[str], str] = str,
+    known: Callable[[], Mapping[str, str]] | None = None,
 ) -> dict[str, str]:
     """Every table of every namespace, nested ones and ``_`` tables included, and its
     normalized location.
+
+    On a SQL catalog one query lists every table with its metadata file, and a table whose
+    metadata file's location is known (:data:`LOCATIONS`, or ``known()``: metadata file ->
+    location, asked at most once, e.g. the trigger's last looks) is not loaded. Elsewhere
+    every table is loaded.
 
     Fails closed: a table whose location cannot be read is recorded in ``unreadable``
     (key -> error) when given, and otherwise raises, naming the table. (Its files could be
     anywhere, inside another table's folder included.)
     """
+    metadata = sql_metadata_locations(catalog)
+    if metadata is not None:
+        listed = [(tuple([*ns.split("."), name]), loc) for (ns, name), loc in metadata.items()]
+    else:
+        listed = [
+            (tuple(identifier), None)
+            for namespace in all_namespaces(catalog)
+            for identifier in catalog.list_tables(namespace)
+        ]
+    asked = False
     locations: dict[str, str] = {}
-    for namespace in all_namespaces(catalog):
-        for identifier in catalog.list_tables(namespace):
-            key = ".".join(identifier)
+    for identifier, metadata_location in listed:
+        key = ".".join(identifier)
+        location = LOCATIONS.get(metadata_location)
+        if location is None and metadata_location is not None and known is not None and not asked:
+            asked = True
+            LOCATIONS.update(known())
+            location = LOCATIONS.get(metadata_location)
+        if location is None:
             try:
-                location = catalog.load_table(identifier).location()
+                table = catalog.load_table(identifier)
+                location = table.location()
+                LOCATIONS.put(table.metadata_location, location)
             except Exception as exc:
                 # Masked (``clean``) before the cut, so no piece of a secret survives it.
                 error = clean(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
@@ -135,7 +223,7 @@ def table_locations(
                     ) from None
                 unreadable[key] = error
                 continue
-            locations[key] = normalize_location(location)
+        locations[key] = normalize_location(location)
     return locations
 
 
@@ -173,31 +261,64 @@ def overlapping_tables(key: str, location: str, locations: dict[str, str]) -> li
     )
 
 
+def all_overlaps(locations: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Every table whose location overlaps another's (the same folder, or one inside the
+    other), with those others: :func:`overlapping_tables` for every table at once, in
+    ``O(n log n)`` plus the overlaps (a sweep over the sorted locations with a stack of the
+    folders that contain the current one)."""
+    ordered = sorted((normalize_location(loc) + "/", key) for key, loc in locations.items())
+    found: dict[str, set[str]] = {}
+    stack: list[tuple[str, str]] = []
+    for folder, key in ordered:
+        while stack and not folder.startswith(stack[-1][0]):
+            stack.pop()
+        for _, outer in stack:  # every folder on the stack contains (or is) this one
+            found.setdefault(key, set()).add(outer)
+            found.setdefault(outer, set()).add(key)
+        stack.append((folder, key))
+    return {key: tuple(sorted(others)) for key, others in sorted(found.items())}
+
+
 class TableLocations:
     """Every table's location, listed once (on first use) and shared by the threads of a
-    pass: orphan removal lists a table's folder, so it refuses folders that overlap."""
+    pass: orphan removal lists a table's folder, and every deleting operation consults the
+    tables whose folders overlap (see :mod:`.sharing`)."""
 
-    def __init__(self, catalog: Callable[[], Catalog], clean: Callable[[str], str] = str) -> None:
+    def __init__(
+        self,
+        catalog: Callable[[], Catalog],
+        clean: Callable[[str], str] = str,
+        known: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
         self._catalog = catalog
         self._clean = clean
+        self._known = known
         self._lock = threading.Lock()
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
 
-    def _listed(self) -> tuple[dict[str, str], dict[str, str]]:
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog the locations are listed from."""
+        return self._catalog()
+
+    def listed(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Every table's normalized location (key -> location), and the tables whose
+        location could not be read (key -> error); listed on first use. Raises when the
+        catalog itself cannot be listed."""
         with self._lock:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
-                self._locations = table_locations(self._catalog(), unreadable, self._clean)
+                self._locations = table_locations(
+                    self._catalog(), unreadable, self._clean, self._known
+                )
                 self._unreadable = unreadable
             return self._locations, self._unreadable
 
-    def refuse_overlaps(self, operation: str, key: str, location: str) -> None:
-        """Raise unless ``key``'s folder (``location``) holds no other table's files.
-
-        Fails closed: a table whose location is unknown may lie inside this one's folder.
-        """
-        locations, unreadable = self._listed()
+    def refuse_unknown(self, operation: str, key: str, location: str) -> None:
+        """Raise while another table's location cannot be read: it may lie in ``key``'s
+        folder (``location``), its live files looking orphaned there."""
+        _, unreadable = self.listed()
         unknown = {k: v for k, v in unreadable.items() if k != key}
         if unknown:
             named = "; ".join(f"{k} ({v})" for k, v in unknown.items())
@@ -206,13 +327,6 @@ class TableLocations:
                 f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
                 f"in {location} and look orphaned: {named}; repair or drop "
                 f"{'it' if len(unknown) == 1 else 'them'} first"
-            )
-        shared = overlapping_tables(key, location, locations)
-        if shared:
-            raise OperationError(
-                f"refusing {operation} on {key}: its location {location} "
-                f"overlaps the location of {', '.join(shared)}, whose live files would look "
-                "orphaned; give each table its own folder"
             )
 
 

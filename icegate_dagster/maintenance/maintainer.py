@@ -24,6 +24,7 @@ from icegate_dagster.maintenance.discovery import (
     load_table,
     resolve_table,
 )
+from icegate_dagster.maintenance.exclusion import Exclusion, table_exclusion
 from icegate_dagster.maintenance.health.stats import StatsCache
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.leases.holder import TableLeasing
@@ -42,6 +43,7 @@ from icegate_dagster.maintenance.ops import (
 from icegate_dagster.maintenance.orphans.candidates import candidates_table
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.results import OpResult, Outcome, TableResult, TableStats
+from icegate_dagster.maintenance.sharing import Sharing, table_sharing
 from icegate_dagster.maintenance.trigger.records import (
     OperationAttempt,
     OperationMemory,
@@ -98,7 +100,7 @@ class Maintainer:
         #: Live rows counted by Spark, per (table, snapshot id): see :meth:`count_live_rows`.
         self._live_rows: dict[tuple[str, int], int] = {}
         self._live_lock = threading.Lock()
-        self._locations = TableLocations(lambda: self.catalog, self._scrub)
+        self._locations = TableLocations(lambda: self.catalog, self._scrub, self._known_locations)
         self.leasing = TableLeasing(
             config,
             lambda: self.catalog,
@@ -151,6 +153,15 @@ class Maintainer:
                     self._memory = memory_for(locks.engine)
             return self._memory
 
+    def _known_locations(self) -> dict[str, str]:
+        """Locations by metadata file from the trigger's looks (none without a store): a pass
+        need not load every table of the catalog to know where each one lives."""
+        try:
+            memory = self.memory
+            return memory.known_locations() if memory is not None else {}
+        except Exception:  # the tables are loaded instead
+            return {}
+
     def remember(self, *records: PassRecord) -> list[OperationMemory] | str:
         """Keep tables' passes in the trigger's memory (their outcomes, per operation), in
         one transaction; the operations' new memory, or why it could not be kept (the pass
@@ -180,6 +191,16 @@ class Maintainer:
         if ref.key == self.config.log_table and ref.key not in self.config.table_overrides:
             return upkeep.log_table_settings(self.config.defaults)
         return self.config.for_table(ref.key)
+
+    def exclusion(self, ref: TableRef, table: Table) -> Exclusion:
+        """What ``ref`` is excluded from (its settings and ``table``'s properties); raises
+        naming a bad ``icegate.maintenance.enabled`` value."""
+        return table_exclusion(self.settings(ref), ref.key, table.properties)
+
+    def sharing(self, ref: TableRef, table: Table) -> Sharing:
+        """The tables whose location overlaps ``ref``'s, and whether that is unsafe
+        (every table's location listed once per maintainer)."""
+        return table_sharing(self._locations, ref.key, table)
 
     def operations_for(self, ref: TableRef) -> tuple[str, ...]:
         """The full pass for ``ref``: the registered operations that apply to it

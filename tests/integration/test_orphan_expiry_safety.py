@@ -59,7 +59,7 @@ def test_orphans_go_live_files_stay_whatever_their_spelling_and_dry_run_is_exact
     assert lh.rows(TABLE) == rows
 
 
-def test_tables_sharing_a_location_refuse_orphan_removal(
+def test_tables_sharing_a_location_keep_each_others_live_files_from_orphan_removal(
     lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lh = lakehouse_factory()
@@ -75,9 +75,11 @@ def test_tables_sharing_a_location_refuse_orphan_removal(
     )
 
     out = capsys.readouterr().out
-    assert code == 1
-    assert "refusing remove_orphan_files on lakehouse.logs" in out and "lakehouse.inner" in out
-    assert "refusing remove_orphan_files on lakehouse.inner" in out
+    assert code == 0, out
+    # The outer folder holds the inner table's files: they are its live files, not orphans.
+    assert f"{TABLE} remove_orphan_files: skipped" in out
+    assert "consulted lakehouse.inner (sharing this location)" in out
+    assert f"consulted {TABLE} (sharing this location)" in out
     assert all(p.exists() for p in live)
 
 

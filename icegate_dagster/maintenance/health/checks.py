@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.config import TableSettings
+from icegate_dagster.maintenance.exclusion import NOT_EXCLUDED, Exclusion
 from icegate_dagster.maintenance.results import TableResult
 from icegate_dagster.maintenance.wal import WalStats
 
@@ -78,10 +79,41 @@ def _rows_preserved(result: TableResult) -> CheckOutcome:
     )
 
 
+#: The checks that judge what maintenance keeps in shape, and the operation that does it:
+#: on a table excluded from that operation they pass, saying so (excluded, not failing).
+_MAINTAINED_BY = {
+    "small_files": "optimize",
+    "snapshot_count": "expire_snapshots",
+    "wal_backlog": "wal_compaction",
+}
+
+
+def _excused(check: CheckOutcome, exclusion: Exclusion) -> CheckOutcome:
+    """``check`` passed, with why, where the table is excluded from the operation that
+    would make it pass; as it was otherwise."""
+    why = exclusion.reason(_MAINTAINED_BY.get(check.name, ""))
+    if check.passed or why is None:
+        return check
+    return CheckOutcome(
+        check.name,
+        True,
+        f"not judged: {why} ({check.description})",
+        {**check.metadata, "excluded": why},
+    )
+
+
 def evaluate_health(
-    result: TableResult, settings: TableSettings, wal: WalStats
+    result: TableResult,
+    settings: TableSettings,
+    wal: WalStats,
+    exclusion: Exclusion = NOT_EXCLUDED,
 ) -> list[CheckOutcome]:
-    """Evaluate every check on the outcome of one table's pass."""
+    """Evaluate every check on the outcome of one table's pass; a check whose operation
+    the table is excluded from (``exclusion``) passes, saying why it is not judged."""
+    return [_excused(check, exclusion) for check in _evaluate(result, settings, wal)]
+
+
+def _evaluate(result: TableResult, settings: TableSettings, wal: WalStats) -> list[CheckOutcome]:
     after = result.after
     checks: list[CheckOutcome] = []
 
@@ -151,37 +183,58 @@ def health_score_check(
     health: Assessed | None, min_score: float, error: str | None = None
 ) -> CheckOutcome:
     """The ``healthy`` check: the table's health score is at least its ``health.min_score``;
-    a table that could not be assessed fails it with the error."""
+    a table that could not be assessed fails it with the error.
+
+    A table excluded from maintenance passes, saying so; one excluded from some operations
+    (rewrites left to Amoro) is judged by its ``judged_score``, which leaves out what only
+    those operations would improve."""
     if health is None:
         why = error or "the table could not be assessed"
         return CheckOutcome("healthy", False, why, {"error": why, "min_score": min_score})
     due = [f"{d.operation}: {d.reason}" for d in health.due]
+    judged = health.judged_score
+    if health.excluded is not None:
+        passed = True
+        description = f"not judged: {health.excluded} (score {health.score:.1f})"
+    else:
+        passed = judged >= min_score
+        description = f"score {health.score:.1f} (fails below {min_score:g}); "
+        if judged != health.score:
+            description += f"{judged:.1f} counting only what is maintained here; "
+        description += f"still due: {'; '.join(due)}" if due else "nothing due"
+        if health.withheld:
+            left = "; ".join(
+                f"{d.operation} ({health.excluded_operations[d.operation]})"
+                for d in health.withheld
+            )
+            description += f"; not run here: {left}"
     figures = health.figures()
-    shown = (
-        "data_files",
-        "small_files",
-        "worst_partition_small_files",
-        "delete_files",
-        "manifests",
-        "small_manifests",
-        "snapshots",
-        "expirable_snapshots",
-        "wal_files",
-        "wal_bytes",
-        "work_bytes",
-    )
-    return CheckOutcome(
-        "healthy",
-        health.score >= min_score,
-        f"score {health.score:.1f} (fails below {min_score:g}); "
-        + (f"still due: {'; '.join(due)}" if due else "nothing due"),
-        {
-            "health_score": float(health.score),
-            "min_score": float(min_score),
-            "penalties": {k: round(float(v), 1) for k, v in health.penalties.items()},
-            "due_operations": list(health.due_operations),
-            "due": [{"operation": d.operation, "reason": d.reason} for d in health.due],
-            # The figures the score and the due rules read (table metadata, WAL folder).
-            "figures": {name: figures[name] for name in shown},
-        },
-    )
+    metadata: dict[str, Any] = {
+        "health_score": float(health.score),
+        "min_score": float(min_score),
+        "penalties": {k: round(float(v), 1) for k, v in health.penalties.items()},
+        "due_operations": list(health.due_operations),
+        "due": [{"operation": d.operation, "reason": d.reason} for d in health.due],
+        # The figures the score and the due rules read (table metadata, WAL folder).
+        "figures": {name: figures[name] for name in CHECKED_FIGURES},
+    }
+    if health.excluded_operations:  # every operation the table is excluded from, and why
+        metadata["judged_score"] = float(judged)
+        metadata["excluded_operations"] = dict(health.excluded_operations)
+    return CheckOutcome("healthy", passed, description, metadata)
+
+
+#: The figures the ``healthy`` check shows.
+CHECKED_FIGURES = (
+    "data_files",
+    "small_files",
+    "worst_partition_small_files",
+    "delete_files",
+    "manifests",
+    "small_manifests",
+    "snapshots",
+    "expirable_snapshots",
+    "wal_files",
+    "wal_bytes",
+    "work_bytes",
+)

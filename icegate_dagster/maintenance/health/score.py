@@ -80,6 +80,13 @@ compacted idle table stays healthy however long nobody touches it.
   get a run every interval), and never where ``gc.enabled=false`` (the operation is
   skipped there).
 
+An operation the table is excluded from (:mod:`~icegate_dagster.maintenance.exclusion`:
+``icegate.maintenance.enabled=false``, the config's ``enabled: false``, rewrites left to
+Apache Amoro) is never due: it is listed as *withheld*, and a wholly excluded table's
+``state`` is ``excluded``, not ``healthy``. Its score is still computed, but the
+``healthy`` check judges :attr:`TableHealth.judged_score`, which leaves out the points of
+components only excluded operations would improve.
+
 ``retention`` and ``remove_orphan_files`` are never due from metadata: one needs a data
 read to know whether any row is past its TTL, the other a listing of the table's folder.
 The daily schedule runs them. Each rule asks for no less than the operation's own plan
@@ -103,6 +110,7 @@ from pyiceberg.table.snapshots import Operation as SnapshotOperation
 
 from icegate_dagster.config import HealthSettings, format_bytes, format_duration
 from icegate_dagster.errors import ConfigError
+from icegate_dagster.maintenance.exclusion import NOT_EXCLUDED, Exclusion, table_exclusion
 from icegate_dagster.maintenance.health.manifest_walk import (
     SMALL_MANIFEST_SHARE,
     WALK_CACHE,
@@ -111,6 +119,7 @@ from icegate_dagster.maintenance.health.manifest_walk import (
     WalkRules,
     walk,
 )
+from icegate_dagster.maintenance.ops import OPERATIONS
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.ops.expire_snapshots import expirable_snapshots
 from icegate_dagster.maintenance.ops.rewrite_manifests import row_lineage_reason
@@ -133,6 +142,15 @@ WEIGHTS: Mapping[str, float] = {
     "manifests": 10.0,
     "snapshots": 10.0,
     "wal": 10.0,
+}
+#: The operations that improve each component: where all of a component's are excluded,
+#: its points are not judged (:attr:`TableHealth.judged_score`).
+COMPONENT_OPERATIONS: Mapping[str, tuple[str, ...]] = {
+    "small_files": ("optimize",),
+    "deletes": ("optimize", "rewrite_position_delete_files"),
+    "manifests": ("rewrite_manifests",),
+    "snapshots": ("expire_snapshots",),
+    "wal": ("wal_compaction",),
 }
 #: An equality delete file weighs this many position delete files in the deletes pressure.
 EQUALITY_DELETE_WEIGHT = 4
@@ -254,6 +272,34 @@ class TableHealth:
     work_bytes: int
     #: The thresholds used (``maintain.health`` with the table's properties applied).
     thresholds: Mapping[str, Any] = field(default_factory=dict)
+    #: Why the whole table is excluded from maintenance (nothing is ever due), or None.
+    excluded: str | None = None
+    #: Every operation the table is excluded from (the whole table's, or the rewrites
+    #: another optimizer owns), with the reason.
+    excluded_operations: Mapping[str, str] = field(default_factory=dict)
+    #: What the figures make due but the table is excluded from (never in ``due``).
+    withheld: tuple[DueOperation, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """``excluded`` (the whole table), ``due`` (something to do) or ``healthy``."""
+        if self.excluded is not None:
+            return "excluded"
+        return "due" if self.due else "healthy"
+
+    @property
+    def judged_score(self) -> float:
+        """The score counting only what this service maintains here: the points a
+        component lost are left out when every operation that would improve it is
+        excluded (:data:`COMPONENT_OPERATIONS`). What the ``healthy`` check judges."""
+        if not self.excluded_operations:
+            return self.score
+        lost = sum(
+            points
+            for component, points in self.penalties.items()
+            if not all(op in self.excluded_operations for op in COMPONENT_OPERATIONS[component])
+        )
+        return round(max(0.0, 100.0 - lost), 1)
 
     @property
     def need(self) -> float:
@@ -294,9 +340,15 @@ class TableHealth:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict, for JSON output and metadata (instants as ISO 8601 text)."""
-        data = asdict(self) | {"need": self.need, "due_operations": list(self.due_operations)}
+        data = asdict(self) | {
+            "need": self.need,
+            "due_operations": list(self.due_operations),
+            "state": self.state,
+            "judged_score": self.judged_score,
+        }
         data["penalties"] = dict(self.penalties)
         data["thresholds"] = dict(self.thresholds)
+        data["excluded_operations"] = dict(self.excluded_operations)
         metrics = data["metrics"]
         for name in ("oldest_snapshot_at", "last_rewrite_at"):
             if metrics[name] is not None:
@@ -516,10 +568,11 @@ def _pressures(
 
 def _due(
     metrics: HealthMetrics, settings: TableSettings, thresholds: HealthSettings
-) -> tuple[list[DueOperation], int]:
-    """The due operations with their reasons, and the bytes they would rewrite."""
+) -> tuple[list[DueOperation], dict[str, int]]:
+    """The due operations with their reasons, and the bytes each would rewrite."""
     due: list[DueOperation] = []
     work = 0
+    works: dict[str, int] = {}
     compaction = settings.compaction
     if compaction_due(metrics.wal_files, metrics.wal_bytes, compaction):
         due.append(
@@ -529,7 +582,7 @@ def _due(
                 f"due at {compaction.min_files} files or {format_bytes(compaction.min_size_bytes)}",
             )
         )
-        work += metrics.wal_bytes
+        works["wal_compaction"] = metrics.wal_bytes
 
     optimize = settings.optimize
     reasons = []
@@ -559,6 +612,7 @@ def _due(
         work += metrics.delete_affected_bytes
     if reasons:
         due.append(DueOperation("optimize", "; ".join(reasons)))
+        works["optimize"] = work
 
     positions = settings.rewrite_position_delete_files
     most = (
@@ -580,7 +634,7 @@ def _due(
         )
     if position_reasons:
         due.append(DueOperation("rewrite_position_delete_files", "; ".join(position_reasons)))
-        work += metrics.position_delete_bytes
+        works["rewrite_position_delete_files"] = metrics.position_delete_bytes
 
     # Only what a rewrite can reduce: it leaves other specs' manifests (the procedure) and
     # about one per target size of the rest, or it would be due again after every run.
@@ -618,29 +672,41 @@ def _due(
                 f"{rule.retain_last} and the branch and tag heads); due at {expire_at}",
             )
         )
-    return due, min(work, metrics.data_bytes + metrics.wal_bytes + metrics.position_delete_bytes)
+    return due, works
 
 
 def assess(
-    metrics: HealthMetrics, settings: TableSettings, thresholds: HealthSettings
+    metrics: HealthMetrics,
+    settings: TableSettings,
+    thresholds: HealthSettings,
+    exclusion: Exclusion = NOT_EXCLUDED,
 ) -> TableHealth:
-    """Score ``metrics`` and list the due operations (pure: no I/O)."""
+    """Score ``metrics`` and list the due operations (pure: no I/O). An operation the
+    table is excluded from (``exclusion``) is never due: it is listed as withheld."""
     penalties = {
         name: round(WEIGHTS[name] * pressure, 1)
         for name, pressure in _pressures(metrics, settings, thresholds).items()
     }
     score = round(max(0.0, 100.0 - sum(penalties.values())), 1)
-    due, work = _due(metrics, settings, thresholds)
+    found, works = _due(metrics, settings, thresholds)
     order = {name: i for i, name in enumerate(DUE_ORDER)}
-    due.sort(key=lambda d: order.get(d.operation, len(order)))
+    found.sort(key=lambda d: order.get(d.operation, len(order)))
+    due = [d for d in found if exclusion.reason(d.operation) is None]
+    withheld = [d for d in found if exclusion.reason(d.operation) is not None]
+    work = sum(works.get(d.operation, 0) for d in due)
     return TableHealth(
         table=metrics.table,
         score=score,
         penalties=penalties,
         due=tuple(due),
         metrics=metrics,
-        work_bytes=work,
+        work_bytes=min(
+            work, metrics.data_bytes + metrics.wal_bytes + metrics.position_delete_bytes
+        ),
         thresholds=_thresholds_record(thresholds),
+        excluded=exclusion.table,
+        excluded_operations=exclusion.operations(OPERATIONS.names()),
+        withheld=tuple(withheld),
     )
 
 
@@ -653,7 +719,9 @@ def assess_table(
     *,
     cache: WalkCache | None = WALK_CACHE,
 ) -> TableHealth:
-    """:func:`collect_metrics`, then :func:`assess` with the table's own thresholds."""
+    """:func:`collect_metrics`, then :func:`assess` with the table's own thresholds and its
+    exclusion (:func:`~icegate_dagster.maintenance.exclusion.table_exclusion`)."""
+    exclusion = table_exclusion(settings, key, table.properties)
     thresholds = thresholds_for(settings, table.properties)
     metrics = collect_metrics(table, key, settings, now, wal, cache=cache)
-    return assess(metrics, settings, thresholds)
+    return assess(metrics, settings, thresholds, exclusion)

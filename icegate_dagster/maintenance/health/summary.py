@@ -62,6 +62,21 @@ class Assessed(Protocol):
     def penalties(self) -> Mapping[str, float]: ...
 
     @property
+    def excluded(self) -> str | None: ...
+
+    @property
+    def excluded_operations(self) -> Mapping[str, str]: ...
+
+    @property
+    def withheld(self) -> tuple[DueOperation, ...]: ...
+
+    @property
+    def judged_score(self) -> float: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
     def need(self) -> float: ...
 
     @property
@@ -84,6 +99,14 @@ class HealthSummary:
     #: trigger maintains it at most once per ``min_interval_s``.
     min_score: float = 50.0
     min_interval_s: float = 120.0
+    #: Why the whole table is excluded from maintenance, or None (``maintenance.exclusion``).
+    excluded: str | None = None
+    #: Every operation it is excluded from, with the reason.
+    excluded_operations: Mapping[str, str] = field(default_factory=dict)
+    #: What its figures make due but it is excluded from.
+    withheld: tuple[DueOperation, ...] = ()
+    #: The score counting only what is maintained here (what ``healthy`` judges).
+    judged: float | None = None
 
     @classmethod
     def of(cls, health: TableHealth, min_score: float, min_interval_s: float) -> HealthSummary:
@@ -97,7 +120,23 @@ class HealthSummary:
             kept={name: value for name, value in health.figures().items() if value},
             min_score=min_score,
             min_interval_s=min_interval_s,
+            excluded=health.excluded,
+            excluded_operations=dict(health.excluded_operations),
+            withheld=tuple(health.withheld),
+            judged=health.judged_score if health.excluded_operations else None,
         )
+
+    @property
+    def judged_score(self) -> float:
+        """The score the ``healthy`` check judges (see ``TableHealth.judged_score``)."""
+        return self.score if self.judged is None else self.judged
+
+    @property
+    def state(self) -> str:
+        """``excluded`` (the whole table), ``due`` (something to do) or ``healthy``."""
+        if self.excluded is not None:
+            return "excluded"
+        return "due" if self.due else "healthy"
 
     @property
     def need(self) -> float:
@@ -111,8 +150,9 @@ class HealthSummary:
 
     @property
     def healthy(self) -> bool:
-        """Its ``healthy`` verdict: the score reaches its ``min_score``."""
-        return self.score >= self.min_score
+        """Its ``healthy`` verdict: an excluded table passes; otherwise the judged score
+        reaches its ``min_score``."""
+        return self.excluded is not None or self.judged_score >= self.min_score
 
     def figures(self) -> dict[str, int]:
         """The kept figures (0 for one an older summary did not keep)."""
@@ -133,6 +173,14 @@ class HealthSummary:
                 "f": {k: v for k, v in self.kept.items() if v},
                 "m": self.min_score,
                 "i": self.min_interval_s,
+                **({"x": self.excluded} if self.excluded is not None else {}),
+                **({"xo": dict(self.excluded_operations)} if self.excluded_operations else {}),
+                **(
+                    {"wh": [[d.operation, d.reason] for d in self.withheld]}
+                    if self.withheld
+                    else {}
+                ),
+                **({"j": self.judged} if self.judged is not None else {}),
             },
             separators=(",", ":"),
         )
@@ -152,6 +200,10 @@ class HealthSummary:
             kept={str(k): int(v) for k, v in dict(data.get("f") or {}).items()},
             min_score=float(data.get("m", 50.0)),
             min_interval_s=float(data.get("i", 120.0)),
+            excluded=str(data["x"]) if data.get("x") is not None else None,
+            excluded_operations={str(k): str(v) for k, v in dict(data.get("xo") or {}).items()},
+            withheld=tuple(DueOperation(str(op), str(why)) for op, why in data.get("wh") or ()),
+            judged=float(data["j"]) if data.get("j") is not None else None,
         )
 
 

@@ -25,9 +25,12 @@ LOG_TABLE_MAX_MANIFESTS = 20
 def log_table_settings(defaults: TableSettings) -> TableSettings:
     """Nobody time-travels the log table, so it keeps its last ``LOG_TABLE_SNAPSHOTS``
     snapshots whatever their age, and compacts its one-file appends in groups of
-    ``LOG_TABLE_SMALL_FILES`` (``maintain.tables.<log table>`` overrides all of this)."""
+    ``LOG_TABLE_SMALL_FILES`` (``maintain.tables.<log table>`` overrides all of this).
+    Every pass appends to it, so ``maintain.enabled: false`` does not stop its upkeep
+    (only its own entry, or its ``icegate.maintenance.enabled`` property, does)."""
     return defaults.model_copy(
         update={
+            "enabled": True,
             "optimize": defaults.optimize.model_copy(
                 update={"min_input_files": LOG_TABLE_SMALL_FILES}
             ),

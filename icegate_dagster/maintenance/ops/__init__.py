@@ -3,6 +3,8 @@
 - :mod:`.base`: what an operation is (:class:`Operation`, :class:`OpContext`) and the
   gates every one shares; :mod:`.registry`: the ordered list of them;
 - :mod:`.procedures`: calling Iceberg's Spark procedures, with commit retries;
+  :mod:`.file_deletes`: deleting files the project decided on (the driver-side expiry,
+  orphans of a shared folder) through the table's FileIO, under its lease;
 - one module per operation of the full pass, in pass order: :mod:`.wal_compaction`,
   :mod:`.optimize`, :mod:`.rewrite_position_delete_files`, :mod:`.rewrite_manifests`,
   :mod:`.compute_table_stats`, :mod:`.expire_snapshots`, :mod:`.remove_orphan_files`,
@@ -18,7 +20,8 @@ dry-run plans, and the partition metadata all read ``OPERATIONS``; log rows carr
 whatever operations ran.
 
 May import: ``config``, ``errors``, ``catalog``, :mod:`..results`, :mod:`..identifiers`,
-:mod:`..discovery`, :mod:`..leases`, :mod:`..orphans`, :mod:`..wal`. Never
+:mod:`..discovery`, :mod:`..exclusion`, :mod:`..sharing`, :mod:`..leases`,
+:mod:`..orphans`, :mod:`..wal`. Never
 :mod:`..health` (which reads the operations' plans), Dagster or presentation.
 """
 

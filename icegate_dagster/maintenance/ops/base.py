@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance.discovery import wal_root_conflict
+from icegate_dagster.maintenance.exclusion import Exclusion, table_exclusion
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.results import Outcome, TableStats
 from icegate_dagster.maintenance.wal.checkpoints import FaultHook as FaultHook
@@ -60,6 +61,11 @@ class OpContext:
     def catalog_name(self) -> str:
         """The catalog's name in Spark (``CALL <catalog>.system...``)."""
         return self.config.catalog.name
+
+    @property
+    def exclusion(self) -> Exclusion:
+        """What the table is excluded from (its properties as loaded, its settings)."""
+        return table_exclusion(self.settings, self.ref.key, self.table.properties)
 
     @property
     def driver_side(self) -> bool:
@@ -106,6 +112,10 @@ class Operation(ABC):
     force_help: ClassVar[str | None] = None
     #: It deletes files: Iceberg refuses it where ``gc.enabled=false``, so it is skipped there.
     deletes_files: ClassVar[bool] = False
+    #: A table excluded from maintenance (``icegate.maintenance.enabled=false``, the
+    #: config's ``enabled: false``; see :mod:`..exclusion`) skips it. ``False`` only for a
+    #: person's explicit command that is no maintenance (``rollback``).
+    excludable: ClassVar[bool] = True
     #: It runs under the table's lease (unless a dry run); ``False`` for an operation that
     #: changes no file of the table.
     holds_lease: ClassVar[bool] = True
@@ -163,8 +173,14 @@ def refuse_crossing_paths(operation: str, ctx: OpContext) -> None:
 
 
 def skip_reason(operation: Operation, ctx: OpContext) -> Outcome | None:
-    """Why ``operation`` has nothing to do on the table: its refusal (raised), then the
-    gates every operation shares, then its own plan; ``None`` when there is work."""
+    """Why ``operation`` has nothing to do on the table: the table's exclusion (nothing
+    else is looked at on an excluded table), its refusal (raised), then the gates every
+    operation shares, then its own plan; ``None`` when there is work."""
+    if operation.excludable:
+        exclusion = ctx.exclusion
+        excluded = exclusion.reason(operation.name)
+        if excluded is not None:
+            return Outcome.skip(excluded, excluded=True, excluded_by=exclusion.by)
     operation.refuse(ctx)
     if operation.deletes_files:
         gc_off = gc_disabled(ctx.table)

@@ -2,7 +2,8 @@
 later (as Nessie GC splits "mark" from "sweep").
 
 :class:`CollectOrphans` asks Iceberg (``remove_orphan_files`` as a dry run, with that
-operation's refusals, ``gc.enabled`` gate and floor) which files of a table's folder are
+operation's refusals, ``gc.enabled`` gate and floor, and its leaving out the files that
+tables sharing the location reference) which files of a table's folder are
 unreferenced and old, stats them and records them as ``pending`` rows of the candidates
 table (:mod:`~icegate_dagster.maintenance.orphans.candidates`). It changes no file of the
 table, so it takes no lease and writes no log row.
@@ -41,6 +42,7 @@ from icegate_dagster.maintenance.orphans.candidates import (
     triage,
 )
 from icegate_dagster.maintenance.results import Outcome, TableResult
+from icegate_dagster.maintenance.sharing import NO_SHARED_FILES, shared_files
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -160,7 +162,16 @@ class DeleteCollectedOrphans(Operation):
                 f"Iceberg was not asked again, so no collected candidate was deleted "
                 f"({len(pending)} stay pending): {asked.details}",
             )
-        go, kept = triage(pending, orphans, stat_files(ctx.table, [c.path for c in pending]), floor)
+        elsewhere = NO_SHARED_FILES
+        if asked.output.get("tables_consulted"):  # whose references kept a file, if any
+            elsewhere = shared_files(ctx.locations, ctx.ref.key, ctx.table.location())
+        go, kept = triage(
+            pending,
+            orphans,
+            stat_files(ctx.table, [c.path for c in pending]),
+            floor,
+            elsewhere.owner,
+        )
         if ctx.dry_run:
             return Outcome.done(
                 f"would delete {len(go)} of {len(pending)} collected orphan candidates "

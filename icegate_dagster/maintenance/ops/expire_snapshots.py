@@ -15,12 +15,18 @@ driver commits with ``cleanExpiredFiles(false)`` and deletes the difference itse
 (:func:`unreachable_files`), through the table's Java FileIO under the lease. The dry run
 computes the same difference against the snapshots it would keep. ``delete_files: false``
 commits the metadata only and leaves the freed files to ``remove_orphan_files``.
+
+Tables whose locations overlap (a table registered on another's metadata, a folder inside
+another's) share files: a file in that difference is still kept while any of them
+references it (:mod:`~icegate_dagster.maintenance.sharing`). The procedure cannot consult
+them, so such a table expires on the driver whatever its size; when they cannot be read,
+the expiry commits and deletes nothing, failing with why.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -29,14 +35,20 @@ from icegate_dagster.catalog import scrub
 from icegate_dagster.config import format_bytes, format_duration
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.discovery import normalize_location
-from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
+from icegate_dagster.maintenance.ops.file_deletes import delete_files
 from icegate_dagster.maintenance.ops.procedures import (
     call_procedure,
     committing,
     timestamp_literal,
 )
 from icegate_dagster.maintenance.results import Outcome
+from icegate_dagster.maintenance.sharing import (
+    NO_SHARED_FILES,
+    SharedFiles,
+    shared_files,
+    table_sharing,
+)
 from icegate_dagster.maintenance.wal import settle_committed, wal_files_to_settle
 
 if TYPE_CHECKING:
@@ -173,6 +185,18 @@ class _Doomed:
         """The size of one of the files."""
         return next(kind[path] for kind in self._kinds() if path in kind)
 
+    def drop_shared(self, shared: SharedFiles) -> dict[str, str]:
+        """Leave out every file another table sharing the location still references;
+        what was left out: path -> that table."""
+        kept: dict[str, str] = {}
+        for kind in self._kinds():
+            for path in list(kind):
+                owner = shared.owner(path)
+                if owner is not None:
+                    kept[path] = owner
+                    del kind[path]
+        return kept
+
 
 @dataclass
 class ExpiryPlan(_Doomed):
@@ -183,6 +207,10 @@ class ExpiryPlan(_Doomed):
     snapshot_ids: frozenset[int] = frozenset()
     unused_specs: tuple[int, ...] = ()
     unused_schemas: tuple[int, ...] = ()
+    #: The tables sharing the location that were consulted, and how many files only the
+    #: expired snapshots reach that they still reference (kept).
+    tables_consulted: tuple[str, ...] = ()
+    files_kept_shared: int = 0
 
     def summary(self) -> str:
         """The files and bytes in words."""
@@ -196,6 +224,11 @@ class ExpiryPlan(_Doomed):
             text += f"; partition specs {list(self.unused_specs)} dropped"
         if self.unused_schemas:
             text += f"; schemas {list(self.unused_schemas)} dropped"
+        if self.tables_consulted:
+            text += (
+                f"; consulted {', '.join(self.tables_consulted)} (sharing the location): "
+                f"{self.files_kept_shared} files they still reference kept"
+            )
         return text
 
     def output(self) -> dict[str, Any]:
@@ -212,6 +245,8 @@ class ExpiryPlan(_Doomed):
             "statistics_files_to_free": len(self.statistics_files),
             "partition_specs_dropped": list(self.unused_specs),
             "schemas_dropped": list(self.unused_schemas),
+            "tables_consulted": list(self.tables_consulted),
+            "files_kept_shared": self.files_kept_shared,
         }
 
 
@@ -339,11 +374,17 @@ def unused_metadata(
     return tuple(sorted(unused)), schemas
 
 
-def plan_expiry(table: Table, settings: ExpireSnapshotsSettings, now: datetime) -> ExpiryPlan:
+def plan_expiry(
+    table: Table,
+    settings: ExpireSnapshotsSettings,
+    now: datetime,
+    shared: SharedFiles = NO_SHARED_FILES,
+) -> ExpiryPlan:
     """What an expiry at ``now`` would remove and delete, from metadata alone: the same
     reachability diff the expiry runs after its commit (:func:`unreachable_files`), against
-    the snapshots it would keep. Reads every manifest list and the manifests that diff
-    reads, without the commit."""
+    the snapshots it would keep, less the files the tables sharing the location reference
+    (``shared``). Reads every manifest list and the manifests that diff reads, without
+    the commit."""
     expiring = expiring_snapshots(table, settings, now)
     manifests = _Manifests(table)
     metadata = table.metadata
@@ -353,6 +394,7 @@ def plan_expiry(table: Table, settings: ExpireSnapshotsSettings, now: datetime) 
         s.statistics_path for s in _statistics(table) if s.snapshot_id not in expiring
     }
     doomed = unreachable_files(table, expired, kept, kept_statistics, manifests)
+    kept_shared = doomed.drop_shared(shared)
     specs: tuple[int, ...] = ()
     schemas: tuple[int, ...] = ()
     if settings.clean_expired_metadata:
@@ -366,6 +408,8 @@ def plan_expiry(table: Table, settings: ExpireSnapshotsSettings, now: datetime) 
         snapshot_ids=expiring,
         unused_specs=specs,
         unused_schemas=schemas,
+        tables_consulted=shared.tables,
+        files_kept_shared=len(kept_shared),
     )
 
 
@@ -416,14 +460,7 @@ class ExpireSnapshots(Operation):
     def run(self, ctx: OpContext) -> Outcome:
         rule = ctx.settings.expire_snapshots
         if ctx.dry_run:
-            plan = plan_expiry(ctx.table, rule, ctx.now)
-            verb = "deleting" if rule.delete_files else "leaving to remove_orphan_files"
-            return Outcome.skip(
-                f"dry run: {len(plan.snapshot_ids)} of {ctx.before.snapshots} snapshots "
-                f"would expire, {verb} {plan.summary()}",
-                **plan.output(),
-                files_deleted=rule.delete_files,
-            )
+            return self._dry_run(ctx)
         # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
         settled = settle_committed(ctx.table, ctx.config.wal_root, ctx.ref)
         reason = self._nothing(ctx)
@@ -431,7 +468,9 @@ class ExpireSnapshots(Operation):
             return Outcome.skip(reason, wal_files_settled=settled)
         older_than = ctx.now - rule.retention_threshold
         specs_before, schemas_before = _metadata_ids(ctx.table)
-        if ctx.driver_side or not rule.delete_files:  # metadata only: the driver's commit
+        # The procedure deletes by its own diff, blind to other tables: a table whose
+        # location overlaps another's (or may: one cannot be read) deletes on the driver.
+        if ctx.driver_side or not rule.delete_files or _may_share(ctx):
             out = self._on_driver(ctx, older_than)
         else:
             args = {
@@ -441,7 +480,7 @@ class ExpireSnapshots(Operation):
                 "clean_expired_metadata": str(rule.clean_expired_metadata).lower(),
             }
             called = call_procedure(ctx.spark(), ctx.catalog_name, "expire_snapshots", args)
-            out = {**called.output(), "execution": "distributed"}
+            out = {**called.output(), "execution": "distributed", "tables_consulted": []}
         specs_after, schemas_after = _metadata_ids(ctx.table.refresh())
         out["partition_specs_dropped"] = sorted(specs_before - specs_after)
         out["schemas_dropped"] = sorted(schemas_before - schemas_after)
@@ -454,6 +493,11 @@ class ExpireSnapshots(Operation):
                 "deleted no file: the metadata that tells which files only the expired "
                 f"snapshots reach could not be read ({out['cleanup_error']}); "
                 "remove_orphan_files frees them"
+            )
+        elif out.get("sharing_error"):
+            details += (
+                "deleted no file: whether another table sharing this location still reads "
+                f"them cannot be established ({out['sharing_error']})"
             )
         elif rule.delete_files:
             details += (
@@ -475,6 +519,11 @@ class ExpireSnapshots(Operation):
                 )
         else:
             details += "deleted no file (delete_files: false): remove_orphan_files frees them"
+        if out.get("tables_consulted"):
+            details += (
+                f"; consulted {', '.join(out['tables_consulted'])} (sharing this location): "
+                f"kept {out.get('files_kept_shared', 0)} files they still reference"
+            )
         if out["partition_specs_dropped"] or out["schemas_dropped"]:
             details += (
                 f"; dropped unused partition specs {out['partition_specs_dropped']} "
@@ -484,17 +533,47 @@ class ExpireSnapshots(Operation):
             details += f"; first deleted {settled} WAL files already committed"
         # Committed either way: a lost lease or unreadable metadata left the deletes undone.
         output = {**out, "wal_files_settled": settled}
-        if out.get("lease_lost") or out.get("cleanup_error"):
+        if out.get("lease_lost") or out.get("cleanup_error") or out.get("sharing_error"):
             return Outcome("failed", details, output)
         return Outcome("completed", details, output)
+
+    def _dry_run(self, ctx: OpContext) -> Outcome:
+        """What an expiry would expire and delete, the sharing tables consulted."""
+        rule = ctx.settings.expire_snapshots
+        shared, error = NO_SHARED_FILES, None
+        if rule.delete_files:
+            try:
+                shared = shared_files(
+                    ctx.locations, ctx.ref.key, ctx.table.location(), clean=_cleaner(ctx)
+                )
+            except Exception as exc:  # it would delete nothing: say why
+                error = _describe(ctx, exc)
+        plan = plan_expiry(ctx.table, rule, ctx.now, shared)
+        verb = "deleting" if rule.delete_files else "leaving to remove_orphan_files"
+        figures: dict[str, Any] = {**plan.output(), "files_deleted": rule.delete_files}
+        if error is not None:
+            figures.update({key: 0 for key in figures if key.endswith("_to_free")})
+            figures["sharing_error"] = error
+            return Outcome.skip(
+                f"dry run: {len(plan.snapshot_ids)} of {ctx.before.snapshots} snapshots would "
+                f"expire, deleting no file: {error}",
+                **figures,
+            )
+        return Outcome.skip(
+            f"dry run: {len(plan.snapshot_ids)} of {ctx.before.snapshots} snapshots "
+            f"would expire, {verb} {plan.summary()}",
+            **figures,
+        )
 
     @staticmethod
     def _on_driver(ctx: OpContext, older_than: datetime) -> dict[str, Any]:
         """Iceberg's ``ExpireSnapshots`` on the driver, committed with
         ``cleanExpiredFiles(false)``; then, unless ``delete_files`` is off, the files the
-        expired snapshots reach and the committed table does not are deleted here through
-        the table's own FileIO (:func:`unreachable_files`, :func:`_delete`). A delete that
-        fails is left for orphan removal."""
+        expired snapshots reach and the committed table does not, nor any table sharing its
+        location (:func:`~..sharing.shared_files`), are deleted here through the table's own
+        FileIO (:func:`unreachable_files`, :func:`~.file_deletes.delete_files`). A delete that
+        fails is left for orphan removal; when the sharing tables cannot be read, nothing is
+        deleted."""
         rule = ctx.settings.expire_snapshots
         cutoff_ms = int(older_than.timestamp() * 1000)
 
@@ -522,14 +601,15 @@ class ExpireSnapshots(Operation):
             "procedure_s": round(called.seconds, 3),
             "execution": "driver",
             "files_deleted": rule.delete_files,
+            "tables_consulted": [],
+        }
+        nothing = {
+            **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
+            "files_freed": 0,
+            "bytes_freed": 0,
         }
         if not rule.delete_files:
-            return {
-                **out,
-                **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
-                "files_freed": 0,
-                "bytes_freed": 0,
-            }
+            return {**out, **nothing}
         started = time.perf_counter()
         try:
             doomed = unreachable_files(
@@ -539,14 +619,19 @@ class ExpireSnapshots(Operation):
                 {s.statistics_path for s in _statistics(after)},
             )
         except Exception as exc:  # unreadable metadata: nothing is proved unreachable
-            return {
-                **out,
-                **{f"deleted_{kind}_count": 0 for kind in _KINDS.values()},
-                "files_freed": 0,
-                "bytes_freed": 0,
-                "cleanup_error": _describe(ctx, exc),
-            }
-        deletion = _delete(ctx, java.io(), doomed)
+            return {**out, **nothing, "cleanup_error": _describe(ctx, exc)}
+        # Read after the commit, right before deleting: what they reference now is kept.
+        try:
+            shared = shared_files(ctx.locations, ctx.ref.key, after.location(), clean=_cleaner(ctx))
+        except Exception as exc:  # another table may still read them: delete nothing
+            return {**out, **nothing, "sharing_error": _describe(ctx, exc)}
+        kept_shared = doomed.drop_shared(shared)
+        out["tables_consulted"] = list(shared.tables)
+        out["files_kept_shared"] = len(kept_shared)
+        if kept_shared:
+            out["kept_shared_sample"] = dict(list(kept_shared.items())[:20])
+        paths = [path for attribute in _KINDS for path in getattr(doomed, attribute)]
+        deletion = delete_files(ctx, java.io(), paths)
         failed = deletion.failed
         for attribute, kind in _KINDS.items():
             files = getattr(doomed, attribute)
@@ -562,6 +647,16 @@ class ExpireSnapshots(Operation):
         return out
 
 
+def _may_share(ctx: OpContext) -> bool:
+    """Whether another table may reference this table's files: its location overlaps
+    another's, or a table's location (or the catalog's listing) cannot be read."""
+    try:
+        sharing = table_sharing(ctx.locations, ctx.ref.key, ctx.table)
+    except Exception:  # cannot tell: the driver's path, which then deletes nothing
+        return True
+    return sharing.shared or bool(sharing.unknown)
+
+
 #: ``_Doomed`` attribute -> the kind in output keys (``deleted_<kind>_count``), as the
 #: procedure names its own figures.
 _KINDS = {
@@ -571,70 +666,17 @@ _KINDS = {
     "manifest_lists": "manifest_lists",
     "statistics_files": "statistics_files",
 }
-#: Files deleted by one call of the FileIO's bulk delete, between two checks of the lease.
-_DELETE_BATCH = 500
-#: Joins a batch of paths into one string for the JVM (a path holding it goes one by one).
-_SEPARATOR = "\n"
+
+
+def _cleaner(ctx: OpContext) -> Callable[[str], str]:
+    return lambda text: scrub(text, ctx.config)
 
 
 def _describe(ctx: OpContext, exc: BaseException) -> str:
     """One line for an error, secrets masked: these lines go to the op's output."""
-    return describe_error(exc, lambda text: scrub(text, ctx.config))
+    return describe_error(exc, _cleaner(ctx))
 
 
 def _fresh(table: Table) -> Table:
     """The table as the catalog has it now, as a new object (``refresh`` updates in place)."""
     return table.catalog.load_table(table.name())
-
-
-@dataclass
-class _Deletion:
-    """What :func:`_delete` could not do: path -> why for each file left in place, and the
-    lease error that stopped it, if one did."""
-
-    failed: dict[str, str] = field(default_factory=dict)
-    lease_lost: str | None = None
-
-
-def _delete(ctx: OpContext, io: Any, doomed: _Doomed) -> _Deletion:
-    """Delete the doomed files through the table's Java FileIO (the one Iceberg's own
-    cleanup uses: Hadoop's checksum files go too, object stores get bulk deletes),
-    contents first, then the manifests, manifest lists and statistics files that listed
-    them, ``_DELETE_BATCH`` at a time. The lease is checked before every batch: once it is
-    lost, the rest stays for orphan removal. A file already gone counts as deleted."""
-    from py4j.java_gateway import is_instance_of
-
-    spark = ctx.spark()
-    jvm: Any = spark._jvm
-    bulk = is_instance_of(
-        spark.sparkContext._gateway, io, "org.apache.iceberg.io.SupportsBulkOperations"
-    )
-    paths = [path for attribute in _KINDS for path in getattr(doomed, attribute)]
-    deletion = _Deletion()
-    for start in range(0, len(paths), _DELETE_BATCH):
-        batch = paths[start : start + _DELETE_BATCH]
-        try:
-            check_lease()
-        except Exception as exc:
-            deletion.lease_lost = _describe(ctx, exc)
-            why = f"not deleted: {deletion.lease_lost}"
-            deletion.failed.update((path, why) for path in paths[start:])
-            break
-        if bulk and not any(_SEPARATOR in path for path in batch):
-            listed = jvm.java.util.regex.Pattern.compile(
-                _SEPARATOR, jvm.java.util.regex.Pattern.LITERAL
-            ).splitAsStream(_SEPARATOR.join(batch))
-            try:
-                io.deleteFiles(listed.collect(jvm.java.util.stream.Collectors.toList()))
-            except Exception as exc:  # some failed (Iceberg counts them): which still exist
-                why = _describe(ctx, exc)
-                deletion.failed.update(
-                    (path, why) for path in batch if io.newInputFile(path).exists()
-                )
-            continue
-        for path in batch:
-            try:
-                io.deleteFile(path)
-            except Exception as exc:
-                deletion.failed[path] = _describe(ctx, exc)
-    return deletion

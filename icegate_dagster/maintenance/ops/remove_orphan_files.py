@@ -1,17 +1,54 @@
 """``remove_orphan_files``: delete files in a table's folder that no snapshot references
-and that are older than the retention threshold (never under Iceberg's 24 h floor)."""
+and that are older than the retention threshold (never under Iceberg's 24 h floor).
+
+A folder that other tables' folders overlap (a table registered on another's metadata, a
+table inside another's folder) holds their files too: there a file goes only when no table
+sharing the location references it either (:mod:`~icegate_dagster.maintenance.sharing`).
+Iceberg's procedure cannot consult them, so it is asked for its list as a dry run, the
+files the other tables reference are left out, and the rest is deleted through the table's
+FileIO under its lease; a dry run lists exactly that. When another table's location or
+metadata cannot be read, the operation is refused: nothing is deleted.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from icegate_dagster.catalog import scrub
 from icegate_dagster.maintenance.ops.base import (
     OpContext,
     Operation,
     Plan,
     refuse_crossing_paths,
 )
+from icegate_dagster.maintenance.ops.file_deletes import delete_files
 from icegate_dagster.maintenance.ops.procedures import call_procedure, timestamp_literal
 from icegate_dagster.maintenance.orphans.listing import orphan_candidates
 from icegate_dagster.maintenance.results import Outcome
+from icegate_dagster.maintenance.sharing import (
+    NO_SHARED_FILES,
+    SharedFiles,
+    shared_files,
+    table_sharing,
+)
+
+#: Paths of kept files named in the output (the count is always there).
+_SAMPLE = 20
+
+
+def _shared(ctx: OpContext) -> SharedFiles:
+    """What the tables sharing the folder reference now (none: :data:`NO_SHARED_FILES`);
+    raises, naming why, when that cannot be established."""
+    # Listing the folder is only safe when every table's location is known.
+    ctx.locations.refuse_unknown(RemoveOrphanFiles.name, ctx.ref.key, ctx.table.location())
+    if not table_sharing(ctx.locations, ctx.ref.key, ctx.table).shared:
+        return NO_SHARED_FILES
+    return shared_files(
+        ctx.locations,
+        ctx.ref.key,
+        ctx.table.location(),
+        clean=lambda text: scrub(text, ctx.config),
+    )
 
 
 class RemoveOrphanFiles(Operation):
@@ -29,16 +66,19 @@ class RemoveOrphanFiles(Operation):
         refuse_crossing_paths(self.name, ctx)
 
     def plan(self, ctx: OpContext) -> Plan:
-        # Listing the folder is only safe when no other table's files can be in it.
-        ctx.locations.refuse_overlaps(self.name, ctx.ref.key, ctx.table.location())
+        shared = _shared(ctx)
         older_than = ctx.now - ctx.settings.remove_orphan_files.retention_threshold
         # One listing of the folder against the manifests: usually nothing, and no Spark.
-        if orphan_candidates(ctx.table, older_than) == []:
+        candidates = orphan_candidates(ctx.table, older_than)
+        if candidates is not None:
+            candidates = [path for path in candidates if not shared.keeps(path)]
+        if candidates == []:
             return Outcome.skip(
                 f"no unreferenced file older than {older_than:%Y-%m-%d %H:%M:%S} UTC "
-                "in the table's folder",
+                "in the table's folder" + _consulted(shared),
                 orphan_files=[],
                 orphans_removed=0,
+                tables_consulted=list(shared.tables),
             )
         return None
 
@@ -47,19 +87,75 @@ class RemoveOrphanFiles(Operation):
         rule = ctx.settings.remove_orphan_files
         older_than = ctx.now - rule.retention_threshold
         dry = ctx.dry_run or rule.dry_run
+        sharing = table_sharing(ctx.locations, ctx.ref.key, ctx.table)
         args = {
             "table": ctx.ref.procedure_argument(),
             "older_than": timestamp_literal(older_than),
-            "dry_run": "true" if dry else "false",
+            # Where other tables share the folder, Iceberg only lists: this op decides.
+            "dry_run": "true" if dry or sharing.shared else "false",
         }
         called = call_procedure(ctx.spark(), ctx.catalog_name, "remove_orphan_files", args)
-        files = sorted(row["orphan_file_location"] for row in called.rows)
+        listed = sorted(row["orphan_file_location"] for row in called.rows)
+        figures: dict[str, Any] = {"procedure_s": round(called.seconds, 3)}
+        files = listed
+        shared = NO_SHARED_FILES
+        if sharing.shared:
+            shared = _shared(ctx)  # read after the listing: what they reference now stays
+            kept = {path: owner for path in listed if (owner := shared.owner(path)) is not None}
+            files = [path for path in listed if path not in kept]
+            figures.update(
+                tables_consulted=list(shared.tables),
+                files_kept_shared=len(kept),
+                kept_shared_sample=dict(list(kept.items())[:_SAMPLE]),
+            )
+            if not dry and files:
+                deletion = delete_files(ctx, ctx.java_table().io(), files)
+                if deletion.failed:
+                    return self._partly(ctx, files, deletion.failed, deletion.lease_lost, figures)
         verb = "would remove" if dry else "removed"
         return Outcome.done(
             f"{verb} {len(files)} orphan files older than "
-            f"{older_than:%Y-%m-%d %H:%M:%S} UTC" + (" (dry run)" if dry else ""),
+            f"{older_than:%Y-%m-%d %H:%M:%S} UTC"
+            + (" (dry run)" if dry else "")
+            + _consulted(shared, figures.get("files_kept_shared")),
             orphan_files=files,
             orphans_removed=0 if dry else len(files),
             dry_run=dry,
-            procedure_s=round(called.seconds, 3),
+            **figures,
         )
+
+    @staticmethod
+    def _partly(
+        ctx: OpContext,
+        files: list[str],
+        failed: dict[str, str],
+        lease_lost: str | None,
+        figures: dict[str, Any],
+    ) -> Outcome:
+        """Some deletes failed (or the lease was lost): what went, and why the rest stays."""
+        removed = [path for path in files if path not in failed]
+        why = (
+            f"stopped deleting, the table's lease is lost ({lease_lost})"
+            if lease_lost
+            else f"{len(failed)} files could not be deleted"
+        )
+        return Outcome(
+            "failed",
+            f"removed {len(removed)} of {len(files)} orphan files; {why}",
+            {
+                "orphan_files": removed,
+                "orphans_removed": len(removed),
+                "dry_run": False,
+                "delete_failures": dict(list(failed.items())[:_SAMPLE]),
+                "delete_failure_count": len(failed),
+                **figures,
+            },
+        )
+
+
+def _consulted(shared: SharedFiles, kept: int | None = None) -> str:
+    """What the details say of the tables consulted (nothing when none shares the folder)."""
+    if not shared.tables:
+        return ""
+    files = f"kept {kept} files they reference" if kept is not None else "their files kept"
+    return f"; consulted {', '.join(shared.tables)} (sharing this location): {files}"

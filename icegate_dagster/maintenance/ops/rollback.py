@@ -21,6 +21,8 @@ class RollbackToSnapshot(Operation):
     description = "Make an earlier snapshot of the table current again (Spark)."
     settings_block = ""  # no settings
     needs_snapshot = False  # a table with history but no current snapshot can roll back
+    # A person's explicit repair, not maintenance: it runs on excluded tables too.
+    excludable = False
 
     def __init__(self, snapshot_id: int) -> None:
         self.snapshot_id = int(snapshot_id)

@@ -219,9 +219,11 @@ def triage(
     orphans_now: Iterable[str],
     now: dict[str, OrphanFile | None],
     floor: datetime,
+    elsewhere: Callable[[str], str | None] = lambda path: None,
 ) -> tuple[list[OrphanFile], list[KeptFile]]:
-    """Which collected candidates may go (Iceberg lists them again and they are unchanged),
-    and which stay, with why."""
+    """Which collected candidates may go (listed again as orphans and unchanged), and which
+    stay, with why. ``elsewhere`` names the table sharing the location that references a
+    path, if any (such a path is left out of ``orphans_now``)."""
     listed = {normalize_location(p) for p in orphans_now}
     go: list[OrphanFile] = []
     kept: list[KeptFile] = []
@@ -242,11 +244,14 @@ def triage(
                     )
                 )
             else:
+                owner = elsewhere(collected.path)
                 kept.append(
                     KeptFile(
                         collected.path,
                         "referenced",
-                        "Iceberg no longer lists it as an orphan: the table references it",
+                        f"{owner}, which shares this table's location, references it"
+                        if owner is not None
+                        else "Iceberg no longer lists it as an orphan: the table references it",
                     )
                 )
         elif (current.size_bytes, current.modified_at) != (

@@ -258,12 +258,14 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:STATE_CHARS]
 
 
-def shown_state(passed: bool, due: Iterable[str]) -> str:
+def shown_state(passed: bool, due: Iterable[str], excluded: bool = False) -> str:
     """What a table's partition page says of it, in a few characters: its ``healthy``
-    verdict and its due operations (names, in pass order). Whoever records the page (a run,
-    a CLI pass, the health sensor) remembers it, so the sensor records again only on a
-    change."""
-    return _digest(f"{'pass' if passed else 'fail'}:{','.join(due)}")
+    verdict, its due operations (names, in pass order) and whether it is excluded from
+    maintenance. Whoever records the page (a run, a CLI pass, the health sensor) remembers
+    it, so the sensor records again only on a change."""
+    return _digest(
+        f"{'pass' if passed else 'fail'}:{','.join(due)}{':excluded' if excluded else ''}"
+    )
 
 
 def error_state(error: str) -> str:

@@ -3,7 +3,10 @@ Dagster, no I/O; the sensor gathers the facts and passes them in).
 
 The rules, in the order a table meets them:
 
-1. A table with no due operation is healthy and left alone.
+1. A table excluded from maintenance (its ``icegate.maintenance.enabled=false`` property or
+   the configuration, ``maintenance.exclusion``) is reported as excluded, never asked for;
+   one with no due operation is healthy and left alone (an operation it is excluded
+   from, such as rewrites left to Amoro, is never due).
 2. Due operations this code location has no step for are dropped (a table left with
    none is reported, not requested).
 3. A table with a run in flight (any run naming it: schedule, backfill, sensor), or held
@@ -100,6 +103,8 @@ class Selection:
     #: Tables with no due operation.
     healthy: tuple[str, ...]
     backlog: Backlog = field(default_factory=Backlog)
+    #: Tables excluded from maintenance (``maintenance.exclusion``), with why.
+    excluded: tuple[tuple[str, str], ...] = ()
 
     def skipped_as(self, kind: SkipKind) -> tuple[Skip, ...]:
         """The skipped tables of one kind, in selection order."""
@@ -108,6 +113,7 @@ class Selection:
     def decisions(self) -> dict[str, str]:
         """Per table, what the trigger did: ``requested``, ``healthy`` or the skip reason."""
         out = {table: "healthy" for table in self.healthy}
+        out |= {table: f"excluded: {why}" for table, why in self.excluded}
         out |= {r.table: "requested" for r in self.requested}
         out |= {s.table: f"waits: {s.reason}" for s in self.skipped}
         return out
@@ -129,6 +135,11 @@ class Selection:
         due = len(self.requested) + len(self.skipped)
         if not due:
             parts.append(f"{len(self.healthy)} tables healthy, none due")
+        if self.excluded:
+            parts.append(
+                f"{len(self.excluded)} tables excluded from maintenance: "
+                + some([f"{table} ({why})" for table, why in self.excluded])
+            )
         labels = {
             "in_flight": "a run in flight or another maintainer's lease",
             "backoff": "backing off after failed or ineffective runs",
@@ -206,11 +217,15 @@ def select_runs(
     states = states or {}
     due_since = due_since or {}
     healthy: list[str] = []
+    excluded: list[tuple[str, str]] = []
     skipped: list[Skip] = []
     eligible: list[tuple[Assessed, tuple[str, ...]]] = []
     for health in candidates:
         key = health.table
         due = health.due_operations
+        if health.excluded is not None:
+            excluded.append((key, health.excluded))
+            continue
         if not due:
             healthy.append(key)
             continue
@@ -296,7 +311,7 @@ def select_runs(
     backlog = Backlog(
         tuple(h.table for h in waiting_budget), sum(h.work_bytes for h in waiting_budget)
     )
-    return Selection(tuple(requested), tuple(skipped), tuple(healthy), backlog)
+    return Selection(tuple(requested), tuple(skipped), tuple(healthy), backlog, tuple(excluded))
 
 
 @dataclass(frozen=True)
@@ -330,6 +345,10 @@ class LakehouseHealth:
     errors: dict[str, str]
     #: Tables whose operation keeps failing, or stays due after it ran, with what happened.
     failing: dict[str, str] = field(default_factory=dict)
+    #: Tables excluded from maintenance, with why.
+    excluded: dict[str, str] = field(default_factory=dict)
+    #: Tables that share their location without ``gc.enabled=false``, with the warning.
+    unsafe_sharing: dict[str, str] = field(default_factory=dict)
 
     def numbers(self) -> dict[str, int | float]:
         """The figures to plot over time (absent ones left out)."""
@@ -339,6 +358,8 @@ class LakehouseHealth:
             "tables_unreadable": self.unreadable,
             "unhealthy_tables": self.unhealthy,
             "failing_tables": len(self.failing),
+            "excluded_tables": len(self.excluded),
+            "unsafe_sharing_tables": len(self.unsafe_sharing),
             "mean_score": self.mean_score,
             "lowest_score": self.lowest_score,
             "tables_due": self.tables_due,
@@ -367,6 +388,8 @@ class LakehouseHealth:
             "due_by_operation": self.due_by_operation,
             "unreadable": sorted(self.errors),
             "failing": sorted(self.failing),
+            "excluded": sorted(self.excluded),
+            "unsafe_sharing": sorted(self.unsafe_sharing),
         }
 
 
@@ -381,6 +404,7 @@ def summarize(
     errors: Mapping[str, str] | None = None,
     selection: Selection | None = None,
     failing: Mapping[str, str] | None = None,
+    unsafe_sharing: Mapping[str, str] | None = None,
     rows: int = LEAST_HEALTHY_ROWS,
 ) -> LakehouseHealth:
     """Totals and the least healthy tables, for the ``lakehouse_health`` asset (the sensor's
@@ -437,4 +461,6 @@ def summarize(
         least_healthy=least,
         errors=errors,
         failing=dict(sorted((failing or {}).items())),
+        excluded={h.table: h.excluded for h in healths if h.excluded is not None},
+        unsafe_sharing=dict(sorted((unsafe_sharing or {}).items())),
     )

@@ -66,6 +66,10 @@ class StoredLook:
     error: str | None = None
     #: Since when its operations have been due without a break (None: nothing due).
     due_since: float | None = None
+    #: The table's location, as its metadata file says (which never changes).
+    location: str | None = None
+    #: ``gc.enabled=false`` on the table (it may share files safely).
+    gc_disabled: bool = False
 
 
 def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -122,6 +126,8 @@ class TriggerMemory:
             Column("health", Text, nullable=True),
             Column("error", Text, nullable=True),
             Column("due_since", epoch_type(), nullable=True),
+            Column("location", Text, nullable=True),
+            Column("gc_disabled", Boolean, nullable=True),
         )
         create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE))
 
@@ -248,6 +254,8 @@ class TriggerMemory:
                 health=health,
                 error=row.error,
                 due_since=_float(row.due_since),
+                location=row.location,
+                gc_disabled=bool(row.gc_disabled),
             )
         return found
 
@@ -434,11 +442,26 @@ class TriggerMemory:
                         "health": look.health.to_json() if look.health is not None else None,
                         "error": look.error,
                         "due_since": look.due_since,
+                        "location": look.location,
+                        "gc_disabled": look.gc_disabled,
                     }
                     for look in looks
                 ],
                 ("table_name",),
             )
+
+    def known_locations(self) -> dict[str, str]:
+        """Table locations by metadata file, as the looks read them (one query)."""
+        from sqlalchemy import select
+
+        looks = self.looks
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(looks.c.metadata_location, looks.c.location).where(
+                    looks.c.location.is_not(None), looks.c.metadata_location.is_not(None)
+                )
+            )
+            return {str(metadata): str(location) for metadata, location in rows}
 
     def forget(self, names: Collection[str]) -> None:
         """Drop everything remembered of tables that are gone."""
