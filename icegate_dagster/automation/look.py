@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -43,11 +42,14 @@ from icegate_dagster.maintenance.health.score import assess_table, next_look_at,
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.sharing import Sharing, sharing_of
+from icegate_dagster.maintenance.trigger.selection import rotation
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
 from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    pass
 
 #: A table that could not be read is tried again after this long.
 ERROR_RETRY_S = 60.0
@@ -139,11 +141,6 @@ class LookCache:
                 self._looks[key] = looks
             return looks
 
-    def clear(self) -> None:
-        """Forget every look (the next tick reads them from the store)."""
-        with self._lock:
-            self._looks.clear()
-
 
 #: This process's looks (the sensor's code server keeps them between ticks).
 LOOKS = LookCache()
@@ -181,13 +178,6 @@ def due_since(previous: StoredLook | None, look: StoredLook) -> float | None:
     if previous is not None and previous.due_since is not None:
         return previous.due_since
     return look.looked_at
-
-
-def _rotated(keys: list[str], start: str | None) -> list[str]:
-    if start is None:
-        return keys
-    at = bisect_left(keys, start)
-    return keys[at:] + keys[:at]
 
 
 class TableCache:
@@ -306,7 +296,7 @@ def look_at_lakehouse(
         )
         if level is not None:
             urgency[key] = level
-    order = sorted(_rotated(sorted(urgency), resume_at), key=lambda k: urgency[k])
+    order = sorted(rotation(urgency, resume_at), key=lambda k: urgency[k])
     fresh: list[StoredLook] = []
     next_start = None
     for index, key in enumerate(order):

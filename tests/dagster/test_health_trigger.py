@@ -414,3 +414,32 @@ def test_lakehouse_health_is_recorded_when_its_verdicts_change_or_hourly_not_wit
     assert len(recorded) == 2  # the first tick, and an hour later
     assert recorded[0]["wal_files"] == 1 and recorded[1]["wal_files"] == 121
     assert recorded[1]["tables"] == recorded[1]["tables_assessed"] == 2
+
+
+def test_excluded_and_unsafely_shared_tables_are_named_and_never_requested(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """BUSY opts out by its own property: due by its figures, never asked for, reported as
+    excluded (skip reason, its page, lakehouse_health). A twin registered on IDLE's metadata
+    file shares its location without gc.enabled=false: named as unsafe, once per change."""
+    with lh.table(BUSY).transaction() as change:
+        change.set_properties({"icegate.maintenance.enabled": "false"})
+    lh.catalog.register_table(("lakehouse", "idle_twin"), lh.table(IDLE).metadata_location)
+
+    first = _tick(lh, instance)
+
+    assert _tables(first) == {OLD}
+    assert _decisions(lh, instance)[BUSY].startswith("excluded: ")
+    health = _health(first)
+    assert set(health["excluded_tables"]) == {BUSY}
+    assert set(health["unsafe_sharing"]) == {IDLE, "lakehouse.idle_twin"}
+    assert "does not set gc.enabled=false" in health["unsafe_sharing"][IDLE]
+    [page] = [e for e in first.asset_events if e.partition == BUSY]
+    assert "icegate.maintenance.enabled=false" in page.metadata["excluded"].value
+    assert page.metadata["healthy"].value is True  # not judged: excluded
+    # Setting gc.enabled=false on both makes the sharing safe: recorded once, then quiet.
+    for key in (IDLE, "lakehouse.idle_twin"):
+        with lh.table(key).transaction() as change:
+            change.set_properties({"gc.enabled": "false"})
+    settled = _tick(lh, instance, first.cursor)
+    assert "unsafe_sharing" not in _health(settled)
