@@ -15,13 +15,14 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 
 from icegate_dagster.assets.lakehouse_health import lakehouse_health
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.automation import health_sensor
 from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
 from icegate_dagster.automation.health_sensor import decide, table_health_sensor
-from icegate_dagster.automation.look import look_at_lakehouse
+from icegate_dagster.automation.look import LookCache, look_at_lakehouse
 from icegate_dagster.automation.runs import (
     BATCH_JOB,
     HEALTH_SENSOR,
@@ -443,3 +444,39 @@ def test_excluded_and_unsafely_shared_tables_are_named_and_never_requested(
             change.set_properties({"gc.enabled": "false"})
     settled = _tick(lh, instance, first.cursor)
     assert "unsafe_sharing" not in _health(settled)
+
+
+def test_a_configuration_change_is_judged_at_the_next_tick_not_after_the_recheck(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """A look is kept while its table does not change, but it was judged by the settings
+    of its time: raising a threshold (or a ``min_interval``, an opt-out) in the config file
+    makes every table it touches looked at again at the next tick."""
+    resource = _resource(lh)
+    tick = Tick.for_run(instance, resource)
+    cache = LookCache()
+    until = time.monotonic() + 60
+
+    first = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+    assert BUSY in first.fresh and "optimize" in first.healths[BUSY].due_operations
+    again = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+    assert again.fresh == []  # nothing changed: no table is read again
+
+    raw = yaml.safe_load(lh.config_path.read_text())
+    raw["maintain"]["health"]["small_files"] = 1000
+    raw["maintain"]["health"]["min_interval"] = "7m"
+    lh.config_path.write_text(yaml.safe_dump(raw))
+    later = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+
+    assert sorted(later.fresh) == sorted(later.tables)
+    assert "optimize" not in later.healths[BUSY].due_operations
+    assert later.healths[BUSY].min_interval_s == 7 * 60
+    # The trigger's memory keeps the new judgement for the next process too.
+    stored = _memory(lh).stored_looks([BUSY])[BUSY]
+    assert stored.health is not None and stored.health.min_interval_s == 7 * 60
