@@ -6,7 +6,14 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --test || exit 1
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
-.venv/bin/python -m pytest "$@"
+# Two processes (ICEGATE_TEST_WORKERS; 0 runs in this one), each with its own Spark session;
+# a file stays in one process, so a module's servers start once.
+workers="${ICEGATE_TEST_WORKERS:-2}"
+if [ "$workers" -gt 0 ]; then
+  .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+else
+  .venv/bin/python -m pytest "$@"
+fi
 code=$?
 if [ "$code" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2

@@ -50,8 +50,6 @@ from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    pass
-
 #: A table that could not be read is tried again after this long.
 ERROR_RETRY_S = 60.0
 #: A table whose health changes with time is looked at no more often than this.

@@ -15,7 +15,7 @@ from icegate_dagster.maintenance.log.upkeep import (
 from icegate_dagster.maintenance.log.writer import ensure_log_table, log_size
 from tests.lakehouse import LakehouseFactory
 
-RUNS = 120
+RUNS = 60  # three compaction groups and expiries: bounded across cycles
 
 
 def test_many_small_appends_leave_bounded_files_and_snapshots_and_every_row(

@@ -4,7 +4,7 @@ dev`` dies once, and heals by itself.
 
 Throughout the fault phase a pyiceberg writer appends to one table every 1.5 s and an
 ingester drops a WAL file for another every 2 s; a run worker (or its JVM) is killed with
-SIGKILL every ~35 s, as an OOM killer would; once, while a run is started, the whole
+SIGKILL every ~25 s, as an OOM killer would; once, while a run is started, the whole
 ``dagster dev`` process group is killed with SIGKILL (a host crash) and started again on
 the same ``DAGSTER_HOME``. After the faults stop, within 5 minutes: the WAL is drained,
 every table is back under its health thresholds, no run is left unfinished (the ones the
@@ -63,9 +63,10 @@ MAINTAIN = {
     "health": {"min_interval": "10s"},
     "trigger": {"backoff": "5s", "backoff_max": "20s"},
 }
-#: How long writer, ingester and killer run; the crash comes in the middle.
-FAULT_SECONDS = 150
-KILL_EVERY_S = 35
+#: How long writer, ingester and killer run; the crash comes in the middle. The suite's
+#: budget allows 90 s; ``ICEGATE_SOAK_SECONDS=1800`` soaks longer (same assertions).
+FAULT_SECONDS = int(os.environ.get("ICEGATE_SOAK_SECONDS", "90"))
+KILL_EVERY_S = 25
 #: The issue's promise: healed within 5 minutes of the last fault.
 HEALED_WITHIN_S = 300
 
@@ -284,7 +285,7 @@ def test_the_daemon_heals_itself_through_killed_workers_and_a_crash(
         assert len(kills) >= 2, kills
         _same_rows(lh, WRITTEN, expected_written)
         _same_rows(lh, LOGS, expected_logs)
-        assert wal_files[0] >= 50
+        assert wal_files[0] >= FAULT_SECONDS // 3
         # The healthy table: no run, no commit. Runs did only due operations.
         assert lh.table(IDLE).metadata_location == idle_metadata
         named = [entry for run in runs for entry in batch_entries(run)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,10 +225,16 @@ def history_page(browser: Browser, history_port: int) -> Iterator[Page]:
     yield from _browse(browser, history_port, height=1200)
 
 
-def _visible(page: Page, text: str) -> Locator:
-    """The visible element whose text is exactly ``text`` (lists keep hidden copies)."""
+def _visible(page: Page, text: str, timeout_s: float = 30.0) -> Locator:
+    """The visible element whose text is exactly ``text`` (lists keep hidden copies), once
+    the page shows one: a busy host renders a tab seconds after its URL loaded."""
     found = page.get_by_text(text, exact=True)
-    visible = [found.nth(i) for i in range(found.count()) if found.nth(i).is_visible()]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        visible = [found.nth(i) for i in range(found.count()) if found.nth(i).is_visible()]
+        if visible or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(250)
     assert visible, f"{text!r} is not on the page"
     return visible[-1]
 

@@ -293,6 +293,18 @@ def test_an_attempts_outcome_counts_failures_and_ineffective_runs_apart() -> Non
     )
     assert (gone.outcome, gone.failures, gone.detail) == ("lost", 4, "worker died")
     assert gone.not_before == NOW + 240
+    # A run that dies does not cut short the back-off of an operation its table cannot fix:
+    # the ineffective streak goes on (two ineffective runs and a lost one wait as three).
+    died = lost(
+        second,
+        table="a.t",
+        operation="optimize",
+        why="OOM",
+        now=NOW,
+        **{k: kwargs[k] for k in ("backoff", "backoff_max")},
+    )
+    assert (died.failures, died.ineffective) == (1, 2)
+    assert died.not_before == NOW + 120
 
 
 def test_a_request_is_unanswered_until_a_pass_records_each_of_its_operations() -> None:

@@ -197,16 +197,19 @@ def lost(
     backoff: timedelta,
     backoff_max: timedelta,
 ) -> OperationMemory:
-    """The memory after a requested attempt whose run ended without recording the table."""
+    """The memory after a requested attempt whose run ended without recording the table:
+    a failure, and a step in whichever back-off was running (a run that dies never shortens
+    the wait of an operation its table cannot fix)."""
     failures = (previous.failures if previous is not None else 0) + 1
-    wait = backoff_wait(failures, backoff, backoff_max)
+    ineffective = previous.ineffective if previous is not None else 0
+    wait = backoff_wait(max(failures, ineffective + 1 if ineffective else 0), backoff, backoff_max)
     return OperationMemory(
         table,
         operation,
         now,
         "lost",
         failures=failures,
-        ineffective=previous.ineffective if previous is not None else 0,
+        ineffective=ineffective,
         not_before=now + wait.total_seconds() if wait else None,
         succeeded_at=previous.succeeded_at if previous is not None else None,
         detail=_detail(why),
