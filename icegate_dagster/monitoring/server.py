@@ -77,6 +77,7 @@ class Exporter:
         self.body_gz = b""
         self.state = ExporterState(None, 0, 0)
         self.last_error: str | None = None
+        self._said: dict[str, str | None] = {}
 
     # -- refreshing ----------------------------------------------------------------------------
 
@@ -99,9 +100,14 @@ class Exporter:
             self.state.taken_at = snapshot.taken_at
             self.state.refreshes += 1
             self.last_error = None
+        # Said once per change, not at every refresh.
         for name, source in snapshot.sources.items():
-            if not source.ok:
+            said = self._said.get(name)
+            if not source.ok and said != source.error:
                 self._log(f"icegate-maintain serve: {name} cannot be read: {source.error}")
+            elif source.ok and said is not None:
+                self._log(f"icegate-maintain serve: {name} can be read again")
+            self._said[name] = None if source.ok else source.error
         return snapshot
 
     def _loop(self) -> None:

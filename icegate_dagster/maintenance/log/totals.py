@@ -98,11 +98,21 @@ class OperationTotals:
         self.duration_ms += other.duration_ms
         for name, value in other.figures.items():
             self.figures[name] = self.figures.get(name, 0) + value
-        if other.last_at is not None and (self.last_at is None or other.last_at >= self.last_at):
+        if other.last_at is not None and (self.last_at is None or other._latest() > self._latest()):
             self.last_at = other.last_at
             self.last_status = other.last_status
             self.last_duration_ms = other.last_duration_ms
             self.last_details = other.last_details
+
+    def _latest(self) -> tuple[float, str, str, int]:
+        # Rows of one instant are told apart by their text: the same row wins whatever
+        # order the files are read in.
+        return (
+            self.last_at or 0.0,
+            self.last_status or "",
+            self.last_details or "",
+            self.last_duration_ms if self.last_duration_ms is not None else -1,
+        )
 
 
 Totals = dict[tuple[str, str], OperationTotals]
@@ -203,7 +213,12 @@ def aggregate(rows: pa.Table) -> Totals:
     if work.num_rows == 0:
         return totals
     # The latest row that did work, per table and operation (sorted, then the last of each).
-    ordered = work.sort_by([("executed_at", "ascending")])
+    ordered = work.sort_by(
+        [
+            (name, "ascending", "at_start")
+            for name in ("executed_at", "status", "details", "duration_ms")
+        ]
+    )
     latest = ordered.group_by(["table_name", "operation"], use_threads=False).aggregate(
         [
             ("executed_at", "last"),
