@@ -13,18 +13,18 @@ A tick costs next to nothing for a table that did not change:
    is looked at again, loaded and assessed, only when it was never looked at, its metadata
    file or WAL changed, a snapshot crossed the expiry's retention since (see
    :func:`~icegate_dagster.maintenance.health.score.next_look_at`), it could not be read a
-   minute ago, or, where the catalog cannot say what changed, its look is older than
-   ``maintain.trigger.recheck``. New tables first, then changed ones, then the rest, each
-   group in name order from where the last tick stopped, until the tick's look budget is
-   spent; what is left waits for the next tick, and the lakehouse's totals use its last
-   look meanwhile.
+   minute ago, its settings in the configuration changed, or, where the catalog cannot say
+   what changed, its look is older than ``maintain.trigger.recheck``. New tables first,
+   then changed ones, then the rest, each group in name order from where the last tick
+   stopped, until the tick's look budget is spent; what is left waits for the next tick,
+   and the lakehouse's totals use its last look meanwhile.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -43,11 +43,14 @@ from icegate_dagster.maintenance.health.score import assess_table, next_look_at,
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.sharing import Sharing, sharing_of
+from icegate_dagster.maintenance.trigger.selection import rotation
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
 from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    pass
 
 #: A table that could not be read is tried again after this long.
 ERROR_RETRY_S = 60.0
@@ -139,14 +142,30 @@ class LookCache:
                 self._looks[key] = looks
             return looks
 
-    def clear(self) -> None:
-        """Forget every look (the next tick reads them from the store)."""
-        with self._lock:
-            self._looks.clear()
-
 
 #: This process's looks (the sensor's code server keeps them between ticks).
 LOOKS = LookCache()
+
+
+class SettingsDigests:
+    """Each table's settings digest (see :attr:`StoredLook.settings`), computed once per
+    settings block: tables without their own block share the defaults'."""
+
+    def __init__(self, maintainer: Maintainer) -> None:
+        self._maintainer = maintainer
+        self._by_block: dict[int, str] = {}
+
+    def __call__(self, key: str) -> str | None:
+        try:
+            settings = self._maintainer.settings(TableRef.parse(key))
+        except IcegateError:
+            return None
+        digest = self._by_block.get(id(settings))
+        if digest is None:
+            text = settings.model_dump_json()
+            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+            self._by_block[id(settings)] = digest
+        return digest
 
 
 def _out_of_date(
@@ -156,11 +175,14 @@ def _out_of_date(
     now: float,
     listing: Listing,
     recheck_s: float,
+    settings: str | None,
 ) -> int | None:
     """How urgently a table needs a new look (0 first), or None when its look is current."""
     if look is None:
         return 0
     if listing.cheap and look.metadata_location != location:
+        return 1
+    if look.settings != settings:
         return 1
     if look.error is not None:
         return 3 if now - look.looked_at >= ERROR_RETRY_S else None
@@ -181,13 +203,6 @@ def due_since(previous: StoredLook | None, look: StoredLook) -> float | None:
     if previous is not None and previous.due_since is not None:
         return previous.due_since
     return look.looked_at
-
-
-def _rotated(keys: list[str], start: str | None) -> list[str]:
-    if start is None:
-        return keys
-    at = bisect_left(keys, start)
-    return keys[at:] + keys[:at]
 
 
 class TableCache:
@@ -231,10 +246,12 @@ def look_at(
     *,
     location: str | None = None,
     tables: TableCache | None = None,
+    digest: str | None = None,
 ) -> StoredLook:
     """Load and assess one table now (pyiceberg, no JVM); a table that cannot be read
     gives a look with its error. With ``location`` (its current metadata file, as a SQL
-    catalog lists it) a table kept in ``tables`` is not read again."""
+    catalog lists it) a table kept in ``tables`` is not read again; ``digest`` is its
+    settings' (:class:`SettingsDigests`), kept with the look."""
     config = maintainer.config
     try:
         ref = TableRef.parse(key)
@@ -253,7 +270,7 @@ def look_at(
         later = next_look_at(table, settings, moment)
     except Exception as exc:  # a table that cannot be read is reported; the others go on
         error = describe_error(exc, lambda text: scrub(text, config))
-        return StoredLook(key, None, wal_text(wal), now, None, None, error)
+        return StoredLook(key, None, wal_text(wal), now, None, None, error, settings=digest)
     recheck = max(later.timestamp(), now + MIN_RECHECK_S) if later is not None else None
     location = table.location()
     LOCATIONS.put(table.metadata_location, location)
@@ -266,6 +283,7 @@ def look_at(
         summary,
         location=location,
         gc_disabled=gc_disabled(table) is not None,
+        settings=digest,
     )
 
 
@@ -295,6 +313,8 @@ def look_at_lakehouse(
     for gone in set(looks) - set(tables):
         del looks[gone]
     urgency: dict[str, int] = {}
+    digest = SettingsDigests(maintainer)
+    digests = {key: digest(key) for key in tables}
     for key in tables:
         level = _out_of_date(
             looks.get(key),
@@ -303,10 +323,11 @@ def look_at_lakehouse(
             now,
             listing,
             config.trigger.recheck.total_seconds(),
+            digests[key],
         )
         if level is not None:
             urgency[key] = level
-    order = sorted(_rotated(sorted(urgency), resume_at), key=lambda k: urgency[k])
+    order = sorted(rotation(urgency, resume_at), key=lambda k: urgency[k])
     fresh: list[StoredLook] = []
     next_start = None
     for index, key in enumerate(order):
@@ -321,6 +342,7 @@ def look_at_lakehouse(
             now,
             location=listing.tables[key] if listing.cheap else None,
             tables=TABLES,
+            digest=digests[key],
         )
         look = replace(look, due_since=due_since(looks.get(key), look))
         looks[key] = look

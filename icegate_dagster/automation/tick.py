@@ -13,7 +13,6 @@ import contextvars
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -44,11 +43,6 @@ def simulated_clock(clock: Callable[[], float]) -> Iterator[None]:
         yield
     finally:
         _clock.reset(token)
-
-
-def simulated() -> bool:
-    """Whether a test's clock stands in for the database's."""
-    return _clock.get() is not None
 
 
 @dataclass
@@ -107,11 +101,6 @@ class Tick:
     def scrub(self, text: str) -> str:
         """``text`` with the configuration's secrets masked."""
         return scrub(text, self.config)
-
-    @property
-    def moment(self) -> datetime:
-        """The tick's instant as a datetime."""
-        return datetime.fromtimestamp(self.now, UTC)
 
     def left(self) -> float:
         """Seconds until the deadline."""

@@ -15,13 +15,14 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 
 from icegate_dagster.assets.lakehouse_health import lakehouse_health
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.automation import health_sensor
 from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
 from icegate_dagster.automation.health_sensor import decide, table_health_sensor
-from icegate_dagster.automation.look import look_at_lakehouse
+from icegate_dagster.automation.look import LookCache, look_at_lakehouse
 from icegate_dagster.automation.runs import (
     BATCH_JOB,
     HEALTH_SENSOR,
@@ -414,3 +415,68 @@ def test_lakehouse_health_is_recorded_when_its_verdicts_change_or_hourly_not_wit
     assert len(recorded) == 2  # the first tick, and an hour later
     assert recorded[0]["wal_files"] == 1 and recorded[1]["wal_files"] == 121
     assert recorded[1]["tables"] == recorded[1]["tables_assessed"] == 2
+
+
+def test_excluded_and_unsafely_shared_tables_are_named_and_never_requested(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """BUSY opts out by its own property: due by its figures, never asked for, reported as
+    excluded (skip reason, its page, lakehouse_health). A twin registered on IDLE's metadata
+    file shares its location without gc.enabled=false: named as unsafe, once per change."""
+    with lh.table(BUSY).transaction() as change:
+        change.set_properties({"icegate.maintenance.enabled": "false"})
+    lh.catalog.register_table(("lakehouse", "idle_twin"), lh.table(IDLE).metadata_location)
+
+    first = _tick(lh, instance)
+
+    assert _tables(first) == {OLD}
+    assert _decisions(lh, instance)[BUSY].startswith("excluded: ")
+    health = _health(first)
+    assert set(health["excluded_tables"]) == {BUSY}
+    assert set(health["unsafe_sharing"]) == {IDLE, "lakehouse.idle_twin"}
+    assert "does not set gc.enabled=false" in health["unsafe_sharing"][IDLE]
+    [page] = [e for e in first.asset_events if e.partition == BUSY]
+    assert "icegate.maintenance.enabled=false" in page.metadata["excluded"].value
+    assert page.metadata["healthy"].value is True  # not judged: excluded
+    # Setting gc.enabled=false on both makes the sharing safe: recorded once, then quiet.
+    for key in (IDLE, "lakehouse.idle_twin"):
+        with lh.table(key).transaction() as change:
+            change.set_properties({"gc.enabled": "false"})
+    settled = _tick(lh, instance, first.cursor)
+    assert "unsafe_sharing" not in _health(settled)
+
+
+def test_a_configuration_change_is_judged_at_the_next_tick_not_after_the_recheck(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """A look is kept while its table does not change, but it was judged by the settings
+    of its time: raising a threshold (or a ``min_interval``, an opt-out) in the config file
+    makes every table it touches looked at again at the next tick."""
+    resource = _resource(lh)
+    tick = Tick.for_run(instance, resource)
+    cache = LookCache()
+    until = time.monotonic() + 60
+
+    first = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+    assert BUSY in first.fresh and "optimize" in first.healths[BUSY].due_operations
+    again = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+    assert again.fresh == []  # nothing changed: no table is read again
+
+    raw = yaml.safe_load(lh.config_path.read_text())
+    raw["maintain"]["health"]["small_files"] = 1000
+    raw["maintain"]["health"]["min_interval"] = "7m"
+    lh.config_path.write_text(yaml.safe_dump(raw))
+    later = look_at_lakehouse(
+        _resource(lh).maintainer("test"), tick.memory, tick.now, until=until, cache=cache
+    )
+
+    assert sorted(later.fresh) == sorted(later.tables)
+    assert "optimize" not in later.healths[BUSY].due_operations
+    assert later.healths[BUSY].min_interval_s == 7 * 60
+    # The trigger's memory keeps the new judgement for the next process too.
+    stored = _memory(lh).stored_looks([BUSY])[BUSY]
+    assert stored.health is not None and stored.health.min_interval_s == 7 * 60

@@ -185,3 +185,29 @@ def test_an_unreadable_table_refuses_orphan_removal_elsewhere_naming_it(
 
 def _no_spark() -> object:
     raise AssertionError("this refusal must not need Spark")
+
+
+def test_all_overlaps_finds_every_overlap_overlapping_tables_finds() -> None:
+    from icegate_dagster.maintenance.discovery import (
+        all_overlaps,
+        normalize_location,
+        overlapping_tables,
+    )
+
+    locations = {
+        "a.outer": "file:///w/outer",
+        "a.inner": "file:/w/outer/inner",
+        "a.deeper": "/w/outer/inner/deeper",
+        "a.twin": "file:///w/outer/",
+        "a.sibling": "file:///w/outer-2",  # a common prefix is no overlap
+        "a.alone": "s3a://bucket/alone",
+        "a.alone_s3": "s3://bucket/alone/x",
+    }
+    normalized = {key: normalize_location(location) for key, location in locations.items()}
+    expected = {
+        key: tuple(found)
+        for key, location in normalized.items()
+        if (found := overlapping_tables(key, location, normalized))
+    }
+    assert all_overlaps(locations) == expected
+    assert "a.sibling" not in expected and set(expected["a.alone"]) == {"a.alone_s3"}

@@ -415,6 +415,7 @@ def test_summarize_totals_the_whole_lakehouse_and_names_failing_tables() -> None
         errors={"a.broken": "NoSuchTableError: a.broken"},
         selection=selection,
         failing={"a.bad": "optimize failed 3 times in a row"},
+        unsafe_sharing={"a.mid": "shares its location with a.twin; gc.enabled is not false"},
         rows=3,
     )
     assert report.numbers() == {
@@ -436,6 +437,8 @@ def test_summarize_totals_the_whole_lakehouse_and_names_failing_tables() -> None
         "backlog_tables": 1,
         "backlog_bytes": 1 * MB,
         "tables_requested": 1,
+        "excluded_tables": 0,
+        "unsafe_sharing_tables": 1,
     }
     assert report.due_by_operation == {"optimize": 1, "rewrite_manifests": 1}
     assert [row[0] for row in report.least_healthy] == ["a.bad", "a.mid", "a.good"]
@@ -446,6 +449,7 @@ def test_summarize_totals_the_whole_lakehouse_and_names_failing_tables() -> None
         tables=4,
         errors={"a.broken": "NoSuchTableError: a.broken"},
         failing={"a.bad": "optimize failed 4 times in a row"},
+        unsafe_sharing={"a.mid": "shares its location with a.twin; gc.enabled is not false"},
     )
     assert moved.verdicts() == report.verdicts()
     assert moved.numbers()["wal_files"] == 13

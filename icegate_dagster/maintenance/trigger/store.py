@@ -70,6 +70,9 @@ class StoredLook:
     location: str | None = None
     #: ``gc.enabled=false`` on the table (it may share files safely).
     gc_disabled: bool = False
+    #: A digest of the table's settings the look was judged by: a configuration change
+    #: (a threshold, ``min_interval``, an opt-out) makes it out of date.
+    settings: str | None = None
 
 
 def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -128,6 +131,7 @@ class TriggerMemory:
             Column("due_since", epoch_type(), nullable=True),
             Column("location", Text, nullable=True),
             Column("gc_disabled", Boolean, nullable=True),
+            Column("settings", String(64), nullable=True),
         )
         create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE))
 
@@ -256,6 +260,7 @@ class TriggerMemory:
                 due_since=_float(row.due_since),
                 location=row.location,
                 gc_disabled=bool(row.gc_disabled),
+                settings=row.settings,
             )
         return found
 
@@ -444,6 +449,7 @@ class TriggerMemory:
                         "due_since": look.due_since,
                         "location": look.location,
                         "gc_disabled": look.gc_disabled,
+                        "settings": look.settings,
                     }
                     for look in looks
                 ],
