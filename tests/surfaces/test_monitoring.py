@@ -206,20 +206,29 @@ def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
     assert set(alerts("IcegateOperationFailing")) == {BROKEN}
 
     # -- every panel of the dashboard, and its variables, return series -------------------------
-    time.sleep(3)  # increase() over a window needs two samples of the new counter values
     substitutions = {
         "$__rate_interval": "1m",
         "$job": "icegate-maintain",
         "$namespace": ".+",
         "$table": EVENTS,
     }
-    empty = []
+    panels = []
     for title, expr in dashboard_queries():
         for name, value in substitutions.items():
             expr = expr.replace(name, value)
-        if not prometheus.query(expr):
-            empty.append(f"{title}: {expr}")
-    assert empty == []
+        panels.append((title, expr))
+
+    def panels_without_series() -> list[str]:
+        return [f"{title}: {expr}" for title, expr in panels if not prometheus.query(expr)]
+
+    # increase() over a window needs two samples of the new counter values: asked again
+    # (Prometheus scrapes every second) until then.
+    wait_until(
+        lambda: not panels_without_series(),
+        15,
+        "series for every dashboard panel",
+        details=lambda: "\n".join(panels_without_series()),
+    )
     for name, definition in template_queries():
         selector = definition.removeprefix("label_values(").rsplit(",", 1)[0]
         for variable, value in substitutions.items():
@@ -275,8 +284,9 @@ def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(graph, timeout=60_000)
-            # Debian's Prometheus 2.42 serves the classic UI: a Rickshaw chart and its legend.
-            page.wait_for_selector(".rickshaw_graph svg path", timeout=60_000)
+            # Debian's Prometheus 2.42 serves the classic UI: a Rickshaw chart and its legend
+            # (attached, not visible: a flat line's box has no height).
+            page.wait_for_selector(".rickshaw_graph svg path", state="attached", timeout=60_000)
             page.get_by_text(f'table="{EVENTS}"').first.wait_for(timeout=60_000)
             page.screenshot(path=_artifacts() / "prometheus_graph.png", full_page=True)
         finally:
