@@ -837,7 +837,9 @@ def bench_monitoring(work: Path, settings: Settings) -> list[Figure]:
                 extra=f"GET /metrics of the cached figures ({data['series']} series, "
                 f"{data['bytes'] / 1e6:.1f} MB, {data['gzip_bytes'] / 1e6:.2f} MB gzip in "
                 f"{summary.median('gzip_scrape_s'):.3f}s); the first scrape after the first "
-                f"refresh {summary.median('first_scrape_s'):.3f}s; /health "
+                f"refresh {summary.median('first_scrape_s'):.3f}s; during a refresh "
+                f"{summary.median('scrape_during_refresh_s'):.3f}s (max "
+                f"{summary.median('scrape_during_refresh_max_s'):.3f}s); /health "
                 f"{summary.median('health_s'):.3f}s; process wall {summary.seconds:.1f}s",
             ),
         ),

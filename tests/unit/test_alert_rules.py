@@ -1,7 +1,8 @@
 """The shipped alert rules and dashboard: ``promtool check rules`` and ``promtool test
 rules`` (Prometheus' own rule tests, in ``deploy/prometheus/icegate-rules.test.yml``), and
-every metric they name is one the exporter renders. (Each dashboard query is run against a
-real Prometheus in ``tests/surfaces/test_monitoring.py``.)"""
+every metric they name is one the exporter renders; README's table of metrics names every
+family the exporter renders, and only those. (Each dashboard query is run against a real
+Prometheus in ``tests/surfaces/test_monitoring.py``.)"""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from icegate_dagster.maintenance.log.totals import OperationTotals
+from icegate_dagster.maintenance.log.totals import OperationTotals, TotalsView
 from icegate_dagster.monitoring.metrics import ExporterState, render, render_live
-from icegate_dagster.monitoring.snapshot import SOURCES, Snapshot, SourceState
+from icegate_dagster.monitoring.snapshot import SOURCES, DaemonBeat, Snapshot, SourceState
 from tests.unit.test_monitoring import _figures
 
 REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
 RULES = REPO / "deploy" / "prometheus" / "icegate-rules.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "icegate-rules.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "icegate-maintenance.json"
@@ -69,6 +71,8 @@ def _exported() -> set[str]:
             _figures(totals={"optimize": OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)}),
         ),
         sources={name: SourceState(True) for name in SOURCES},
+        log=TotalsView({}, None, 0, 0),
+        daemons=(DaemonBeat("SENSOR", 1.0, True),),
         has_wal=True,
     )
     text = render(snapshot).decode() + render_live(ExporterState(1300.0, 1, 0)).decode()
@@ -108,3 +112,13 @@ def test_the_rules_and_the_dashboard_name_only_exported_metrics() -> None:
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
             assert panel["targets"], panel["title"]
+
+
+def test_readme_lists_every_metric_the_exporter_renders() -> None:
+    """The metrics table of README's Prometheus section matches the code both ways."""
+    text = README.read_text()
+    start = text.index("\n## Prometheus, health endpoints, alerts and a dashboard")
+    section = text[start : text.index("\n## ", start + 1)]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
+    assert named == _exported()
