@@ -7,7 +7,7 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, scale, query, batching, daemon. ``scale`` builds 10,000 tables
+sensor, health_sensor, monitoring, scale, query, batching, daemon. ``scale`` builds 10,000 tables
 (``--scale-tables N``) before it measures: allow half an hour. ``--reps`` (default 3)
 repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
 ``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
@@ -779,6 +779,84 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     ]
 
 
+def bench_monitoring(work: Path, settings: Settings) -> list[Figure]:
+    """``icegate-maintain serve``'s exporter over 1,000 healthy tables, no JVM: a fresh
+    process per repetition, as after a restart (the lakehouse was maintained once, so the
+    log table and the trigger's memory hold a row per table and operation, and the health
+    trigger's looks are stored): its first refresh, a scrape, a steady refresh, scrapes of
+    the cached figures."""
+    count = settings.pick(1000, 50)
+
+    def build(root: Path) -> list[str]:
+        lake = make_lakehouse(root, "bench_monitoring")
+        keys = fixtures.healthy_tables(lake, count)
+        # A pass over healthy tables (no JVM): log rows and the trigger's memory.
+        run = run_process(
+            icegate("run", "--config", lake.config_path, "--json"),
+            cwd=root,
+            env=_env(),
+            timeout=settings.timeout,
+        )
+        if run.exit_code != 0:
+            raise SideFailed("the fixture's pass", run)
+        # The looks a running health sensor leaves in the trigger's memory.
+        from icegate_dagster.monitoring.snapshot import Gatherer
+
+        Gatherer(lake.config, look_budget_s=3600).gather()
+        return keys
+
+    template = built(f"{count} tables", lambda: Template(work / "monitoring", build))
+
+    def run() -> Sample:
+        root = template.restore()
+        argv = bench_side("scrape", root / "icegate.yaml")
+        return cold(settings, "scrape", argv, work, side_json)
+
+    (summary,) = alternate([Side("scrape", run)], settings.reps)
+    data = summary.samples[0].data
+    if data["tables"] != count or data["down"] or data["health"] != "ok":
+        raise SideFailed(
+            "scrape",
+            reason=f"{data['tables']} tables, sources down {data['down']}, "
+            f"/health {data['health']}",
+        )
+    scrape = summary.median("scrape_s")
+    first = summary.median("first_refresh_s")
+    steady = summary.median("steady_refresh_s")
+    return [
+        Figure(
+            f"scrape_{count}",
+            scrape,
+            None,
+            "s",
+            "<= 1 s, no JVM",
+            scrape <= 1.0 and not summary.jvm,
+            note(
+                settings.reps,
+                summary,
+                extra=f"GET /metrics of the cached figures ({data['series']} series, "
+                f"{data['bytes'] / 1e6:.1f} MB, {data['gzip_bytes'] / 1e6:.2f} MB gzip in "
+                f"{summary.median('gzip_scrape_s'):.3f}s); the first scrape after the first "
+                f"refresh {summary.median('first_scrape_s'):.3f}s; during a refresh "
+                f"{summary.median('scrape_during_refresh_s'):.3f}s (max "
+                f"{summary.median('scrape_during_refresh_max_s'):.3f}s); /health "
+                f"{summary.median('health_s'):.3f}s; process wall {summary.seconds:.1f}s",
+            ),
+        ),
+        Figure(
+            f"scrape_refresh_{count}",
+            steady,
+            None,
+            "s",
+            "-",
+            None,
+            f"a refresh with nothing changed ({data['looked_steady']} tables read again); "
+            f"the first after a restart {first:.2f}s ({data['looked_first']} tables read, "
+            f"{data['log_rows']} log rows read in full)",
+        ),
+    ]
+
+
 def bench_scale(work: Path, settings: Settings) -> list[Figure]:
     """The trigger at 10,000 tables (healthy, one small file each): discovery, the health
     sensor's first look and steady ticks, a tick after 1 % of the tables changed, the WAL
@@ -1094,6 +1172,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "throughput": bench_throughput,
     "sensor": bench_sensor,
     "health_sensor": bench_health_sensor,
+    "monitoring": bench_monitoring,
     "scale": bench_scale,
     "query": bench_query,
     "batching": bench_batching,

@@ -27,6 +27,9 @@ Sides:
   maintain it, time them again (one warm JVM: a single-side before/after figure).
 * ``dagster_run CONFIG KEY[,KEY...]``: one Dagster ``maintenance_job`` run over the
   tables, in this process (as a run launcher makes it).
+* ``scrape CONFIG``: ``icegate-maintain serve``'s exporter in this process, as after a
+  restart: its first refresh (the looks stored by the trigger), a scrape of ``/metrics``,
+  a steady refresh (nothing changed), scrapes from the cached figures, ``/health``.
 """
 
 from __future__ import annotations
@@ -392,6 +395,71 @@ def scale(config_path: str, keys_file: str, changed: str) -> None:
     _emit(figures)
 
 
+def scrape(config_path: str) -> None:
+    import gzip
+    import statistics
+    import threading
+    import urllib.request
+
+    from icegate_dagster.config import load_config
+    from icegate_dagster.monitoring.server import Exporter, make_server
+
+    config = load_config(config_path)
+    exporter = Exporter(config, max_age_s=60.0)
+    server = make_server(exporter, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def get(path: str, gzip_ok: bool = False) -> tuple[float, bytes]:
+        headers = {"Accept-Encoding": "gzip"} if gzip_ok else {}
+        started = time.perf_counter()
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers)) as got:
+            body = got.read()
+        return time.perf_counter() - started, body
+
+    started = time.perf_counter()
+    first = exporter.refresh()
+    figures: dict[str, Any] = {"first_refresh_s": time.perf_counter() - started}
+    assert first is not None, exporter.last_error
+    figures["first_scrape_s"], body = get("/metrics")
+    started = time.perf_counter()
+    steady = exporter.refresh()
+    figures["steady_refresh_s"] = time.perf_counter() - started
+    assert steady is not None, exporter.last_error
+    scrapes = [get("/metrics")[0] for _ in range(5)]
+    # Scrapes while a refresh runs (one in three, at 1,000 tables and the default max-age):
+    # the refresher holds the interpreter for most of its time.
+    busy = threading.Thread(target=exporter.refresh)
+    started = time.perf_counter()
+    busy.start()
+    during = []
+    while busy.is_alive():
+        during.append(get("/metrics")[0])
+    busy.join()
+    figures["busy_refresh_s"] = time.perf_counter() - started
+    figures["scrape_during_refresh_s"] = statistics.median(during)
+    figures["scrape_during_refresh_max_s"] = max(during)
+    figures["scrape_s"] = statistics.median(scrapes)
+    figures["gzip_scrape_s"], zipped = get("/metrics", gzip_ok=True)
+    figures["health_s"], health = get("/health")
+    server.shutdown()
+    exporter.stop()
+    text = body.decode()
+    figures.update(
+        tables=len(steady.tables),
+        looked_first=first.looked,
+        looked_steady=steady.looked,
+        series=sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+        bytes=len(body),
+        gzip_bytes=len(zipped),
+        gzip_same=gzip.decompress(zipped)[:1000] == body[:1000],
+        log_rows=steady.log.rows_read if steady.log else 0,
+        down=sorted(name for name, state in steady.sources.items() if not state.ok),
+        health=json.loads(health)["status"],
+    )
+    _emit(figures)
+
+
 SIDES: dict[str, Callable[..., None]] = {
     "seed_full_pass": seed_full_pass,
     "spark_append": spark_append,
@@ -402,6 +470,7 @@ SIDES: dict[str, Callable[..., None]] = {
     "scale": scale,
     "query": query,
     "dagster_run": dagster_run,
+    "scrape": scrape,
 }
 
 

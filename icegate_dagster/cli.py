@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster import render
-from icegate_dagster.config import EMBEDDED_DIR, IcegateConfig, format_bytes, load_config
+from icegate_dagster.config import (
+    EMBEDDED_DIR,
+    IcegateConfig,
+    format_bytes,
+    format_duration,
+    load_config,
+)
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableRef, TableResult, TableStats
 
@@ -92,6 +98,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     rollback.add_argument("--table", required=True, metavar="T", help="namespace.table")
     rollback.add_argument("--snapshot-id", required=True, type=int, metavar="N")
+    serve = sub.add_parser(
+        "serve",
+        help="export the lakehouse's maintenance to Prometheus (/metrics), with /health and "
+        "/status/compaction (long-running, no JVM)",
+    )
+    serve.add_argument(
+        "--config",
+        metavar="PATH",
+        help="icegate.yaml to use (default: $ICEGATE_CONFIG, ./icegate.yaml, embedded default)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--port", default=8080, type=int, help="port to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--max-age",
+        default="60s",
+        metavar="DURATION",
+        help="refresh the figures this often: a scrape serves figures at most about this old "
+        "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--dagster-home",
+        metavar="DIR",
+        help="also check this Dagster instance and its daemon's heartbeat (default: "
+        "$DAGSTER_HOME when set)",
+    )
     return parser
 
 
@@ -334,7 +369,66 @@ def _deferred_orphans(maintainer: Maintainer, names: list[str], delete: bool, as
     return EXIT_OK if all(result.ok for result in results) else EXIT_FAILED
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: the exporter until SIGTERM or Ctrl-C (exit 0); bad options, configuration
+    or an address it cannot listen on exit 2 before it serves."""
+    import signal
+    import threading
+
+    from icegate_dagster.config import parse_duration
+    from icegate_dagster.errors import ConfigError
+    from icegate_dagster.monitoring.server import Exporter, make_server
+
+    try:
+        max_age = parse_duration(args.max_age)
+    except ValueError as exc:
+        raise ConfigError(f"invalid --max-age = {args.max_age!r}: {exc}") from None
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"invalid --port = {args.port}: must be between 0 and 65535")
+    config = load_config(args.config)
+    instance = None
+    if args.dagster_home or os.environ.get("DAGSTER_HOME"):
+        from icegate_dagster.cli_history import open_instance
+
+        try:
+            instance = open_instance(args.dagster_home)
+        except IcegateError as exc:
+            if args.dagster_home:
+                raise
+            print(f"icegate-maintain: warning: {exc}; serving without it", file=sys.stderr)
+    exporter = Exporter(config, max_age_s=max_age.total_seconds(), instance=instance)
+    try:
+        server = make_server(exporter, args.host, args.port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    print(
+        f"icegate-maintain serve: http://{host}:{port}/metrics, /health, /status/compaction "
+        f"(figures refreshed every {format_duration(max_age)}; Ctrl-C to stop)",
+        flush=True,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        # shutdown() waits for serve_forever to return: from another thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    exporter.start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        exporter.stop()
+        if instance is not None:
+            instance.dispose()
+    return EXIT_OK
+
+
 def _command(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "demo":
         from icegate_dagster.demo import build_demo_lakehouse
 

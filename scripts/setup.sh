@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian packages Spark's catalog needs, then a virtualenv in .venv.
 # Safe to re-run: each step is skipped when already done.
-# --test also installs what tests/surfaces starts: Chromium, a PostgreSQL and a MariaDB server.
+# --test also installs what tests/surfaces starts: Chromium, a PostgreSQL and a MariaDB server,
+# and Prometheus (its server and promtool, for the exporter's and the alert rules' tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ if [ "${1:-}" = "--test" ]; then
   [ -x /usr/bin/chromium ] || apt_packages+=(chromium)
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql)
   [ -x /usr/sbin/mariadbd ] || apt_packages+=(mariadb-server)
+  [ -x /usr/bin/promtool ] || apt_packages+=(prometheus)
 fi
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   sudo=""

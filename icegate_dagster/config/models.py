@@ -274,6 +274,9 @@ class HealthCheckSettings(_Settings):
     max_snapshots: int = Field(default=100, ge=1)
     max_wal_files: int = Field(default=1000, ge=1)
     max_wal_bytes: Size = 10 * 1024**3
+    #: A WAL ingest or compaction that took longer than this is alerted on (the seed's
+    #: ``compaction_duration_seconds > 300``): the exporter publishes it for the alert rules.
+    max_compaction_duration: Duration = timedelta(minutes=5)
 
 
 class HealthSettings(_Settings):

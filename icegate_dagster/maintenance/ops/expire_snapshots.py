@@ -506,7 +506,11 @@ class ExpireSnapshots(Operation):
                 f"{out['deleted_manifest_lists_count']} manifest lists"
             )
             if "bytes_freed" in out:
-                details += f" ({format_bytes(out['bytes_freed'])} freed)"
+                # Exact figures too: the exporter sums them from the log's details.
+                details += (
+                    f" ({format_bytes(out['bytes_freed'])} freed: {out['files_freed']} files, "
+                    f"{out['bytes_freed']} bytes)"
+                )
             if out.get("lease_lost"):
                 details += (
                     f"; stopped deleting, the table's lease is lost ({out['lease_lost']}): "

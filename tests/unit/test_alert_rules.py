@@ -1,0 +1,124 @@
+"""The shipped alert rules and dashboard: ``promtool check rules`` and ``promtool test
+rules`` (Prometheus' own rule tests, in ``deploy/prometheus/icegate-rules.test.yml``), and
+every metric they name is one the exporter renders; README's table of metrics names every
+family the exporter renders, and only those. (Each dashboard query is run against a real
+Prometheus in ``tests/surfaces/test_monitoring.py``.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from icegate_dagster.maintenance.log.totals import OperationTotals, TotalsView
+from icegate_dagster.monitoring.metrics import ExporterState, render, render_live
+from icegate_dagster.monitoring.snapshot import SOURCES, DaemonBeat, Snapshot, SourceState
+from tests.unit.test_monitoring import _figures
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+RULES = REPO / "deploy" / "prometheus" / "icegate-rules.yml"
+RULE_TESTS = REPO / "deploy" / "prometheus" / "icegate-rules.test.yml"
+DASHBOARD = REPO / "deploy" / "grafana" / "icegate-maintenance.json"
+PROMTOOL = Path("/usr/bin/promtool")
+#: What PromQL names that is not a metric: functions, keywords, Prometheus' own series.
+NOT_METRICS = {
+    "sum", "count", "by", "on", "ignoring", "group_left", "increase", "rate", "time",
+    "bottomk", "topk", "vector", "or", "and", "unless", "absent", "up", "ALERTS",
+}  # fmt: skip
+
+
+def _promtool(*args: str) -> str:
+    assert PROMTOOL.exists(), "promtool is missing: run scripts/setup.sh --test"
+    done = subprocess.run(
+        [str(PROMTOOL), *args], capture_output=True, text=True, check=False, cwd=RULES.parent
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_promtool_checks_the_rules() -> None:
+    assert "SUCCESS: 13 rules found" in _promtool("check", "rules", str(RULES))
+
+
+def test_promtool_rule_tests_pass() -> None:
+    """Each alert fires where it should and nowhere else (the seed's four thresholds against
+    the exported config values, unhealthy for 6 h, stale, repeated failures, unreadable,
+    quarantine, the exporter down, absent or stale, a source down)."""
+    assert "SUCCESS" in _promtool("test", "rules", str(RULE_TESTS))
+    tested = {
+        test["alertname"]
+        for group in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for test in group.get("alert_rule_test", [])
+    }
+    alerts = {
+        rule["alert"]
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+    }
+    assert alerts == tested
+
+
+def _exported() -> set[str]:
+    """Every series name the exporter renders (a snapshot with every part present)."""
+    snapshot = Snapshot(
+        taken_at=1300.0,
+        tables=(
+            _figures(totals={"optimize": OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)}),
+        ),
+        sources={name: SourceState(True) for name in SOURCES},
+        log=TotalsView({}, None, 0, 0),
+        daemons=(DaemonBeat("SENSOR", 1.0, True),),
+        has_wal=True,
+    )
+    text = render(snapshot).decode() + render_live(ExporterState(1300.0, 1, 0)).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _names(expr: str) -> set[str]:
+    # label_values(selector, label), by (labels), on(labels), ignoring(labels): no metrics.
+    expr = re.sub(r",\s*\w+\)$", ")", expr.replace("label_values", ""))
+    expr = re.sub(r"\b(by|on|ignoring)\s*\([^)]*\)", "", expr)
+    without_labels = re.sub(r"\{[^}]*\}", "", expr)
+    without_strings = re.sub(r'"[^"]*"', "", without_labels)
+    without_ranges = re.sub(r"\[[^\]]*\]", "", without_strings)
+    words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", without_ranges))
+    return {w for w in words if w not in NOT_METRICS and not w.startswith("__")}
+
+
+def test_the_rules_and_the_dashboard_name_only_exported_metrics() -> None:
+    exported = _exported()
+    rules = [
+        rule["expr"]
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+    ]
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    variables = [v["definition"] for v in dashboard["templating"]["list"]]
+    unknown = sorted(
+        name
+        for expr in [*rules, *panels, *variables]
+        for name in _names(expr)
+        if name not in exported
+    )
+    assert unknown == []
+    # Every panel asks the one Prometheus data source the dashboard is imported with.
+    for panel in dashboard["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
+            assert panel["targets"], panel["title"]
+
+
+def test_readme_lists_every_metric_the_exporter_renders() -> None:
+    """The metrics table of README's Prometheus section matches the code both ways."""
+    text = README.read_text()
+    start = text.index("\n## Prometheus, health endpoints, alerts and a dashboard")
+    section = text[start : text.index("\n## ", start + 1)]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
+    assert named == _exported()
