@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 # a file stays in one process, so a module's servers start once.
 workers="${ICEGATE_TEST_WORKERS:-2}"
 if [ "$workers" -gt 0 ]; then
-  .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+  .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"
 else
-  .venv/bin/python -m pytest "$@"
+  .venv/bin/python -m pytest --durations=25 "$@"
 fi
 code=$?
 if [ "$code" -eq 5 ]; then
