@@ -12,6 +12,12 @@ from icegate_dagster.spark_session import stop_spark
 from tests.lakehouse import Lakehouse, make_lakehouse
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow files first (marker ``slow``): spread over processes, the longest files start
+    at once instead of ending the suite alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_spark_session() -> Iterator[None]:
     """Spark starts lazily on first use and is stopped once, at the end of the suite."""

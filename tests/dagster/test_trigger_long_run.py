@@ -63,6 +63,8 @@ from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from tests.lakehouse import SCHEMA, Lakehouse, batch
 
+pytestmark = pytest.mark.slow
+
 DAY = 86_400.0
 #: Simulated seconds between two ticks of each sensor (30 s in a deployment: the trigger's
 #: own durations below are scaled with it, so the same number of ticks covers them).
