@@ -251,8 +251,9 @@ def wal_root_conflict(key: str, location: str, wal_root: str | None) -> str | No
     return None
 
 
-def overlapping_tables(key: str, location: str, locations: dict[str, str]) -> list[str]:
-    """Tables other than ``key`` whose location contains, or lies inside, ``location``."""
+def overlapping_tables(key: str, location: str, locations: Mapping[str, str]) -> list[str]:
+    """Tables other than ``key`` whose location contains, or lies inside, ``location``
+    (one table against all: :func:`all_overlaps` answers for every table at once)."""
     mine = normalize_location(location) + "/"
     return sorted(
         other
@@ -296,6 +297,7 @@ class TableLocations:
         self._lock = threading.Lock()
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
+        self._overlaps: dict[str, tuple[str, ...]] | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -314,6 +316,23 @@ class TableLocations:
                 )
                 self._unreadable = unreadable
             return self._locations, self._unreadable
+
+    def overlaps(self) -> dict[str, tuple[str, ...]]:
+        """:func:`all_overlaps` of the listed locations, computed once: a pass over 10,000
+        tables asks for each table's, and one against all would be quadratic."""
+        listed, _ = self.listed()
+        with self._lock:
+            if self._overlaps is None:
+                self._overlaps = all_overlaps(listed)
+            return self._overlaps
+
+    def overlapping(self, key: str, location: str) -> tuple[str, ...]:
+        """The listed tables other than ``key`` whose location overlaps ``location``: from
+        the one sweep when ``key`` is listed there, else compared with every table."""
+        listed, _ = self.listed()
+        if listed.get(key) == normalize_location(location):
+            return self.overlaps().get(key, ())
+        return tuple(overlapping_tables(key, location, listed))
 
     def refuse_unknown(self, operation: str, key: str, location: str) -> None:
         """Raise while another table's location cannot be read: it may lie in ``key``'s

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -98,14 +98,18 @@ def sharing_of(
     properties: Mapping[str, str],
     locations: Mapping[str, str],
     unreadable: Mapping[str, str] | None = None,
+    overlapping: Sequence[str] | None = None,
 ) -> Sharing:
     """The sharing of table ``key`` (its ``location`` and ``properties``) among every
     table's location (``locations``: key -> location, as :func:`~..discovery.table_locations`
-    lists them; ``unreadable``: the tables whose location could not be read). Pure."""
+    lists them; ``unreadable``: the tables whose location could not be read; ``overlapping``:
+    the overlapping tables when already known). Pure."""
+    if overlapping is None:
+        overlapping = overlapping_tables(key, location, locations)
     return Sharing(
         table=key,
         location=normalize_location(location),
-        overlapping=tuple(overlapping_tables(key, location, dict(locations))),
+        overlapping=tuple(overlapping),
         unknown={k: v for k, v in (unreadable or {}).items() if k != key},
         gc_disabled=_gc_off(properties),
     )
@@ -122,7 +126,9 @@ def table_sharing(locations: TableLocations, key: str, table: Table) -> Sharing:
     """:func:`sharing_of` for a loaded table, against the locations listed once by
     ``locations`` (every table of the catalog). Raises when the catalog cannot be listed."""
     listed, unreadable = locations.listed()
-    return sharing_of(key, table.location(), table.properties, listed, unreadable)
+    location = table.location()
+    overlapping = locations.overlapping(key, location)
+    return sharing_of(key, location, table.properties, listed, unreadable, overlapping)
 
 
 # --- what the sharing tables reference ---------------------------------------------------
@@ -229,7 +235,7 @@ def shared_files(
             f"may share {key}'s files: {named}; repair or drop "
             f"{'it' if len(unknown) == 1 else 'them'} first"
         )
-    overlapping = overlapping_tables(key, location, listed)
+    overlapping = locations.overlapping(key, location)
     paths: dict[str, str] = {}
     catalog = locations.catalog
     for other in overlapping:
