@@ -151,18 +151,19 @@ class SettingsDigests:
 
     def __init__(self, maintainer: Maintainer) -> None:
         self._maintainer = maintainer
-        self._by_block: dict[int, str] = {}
+        # By the block's identity; the block is kept, so that no other takes its id.
+        self._by_block: dict[int, tuple[object, str]] = {}
 
     def __call__(self, key: str) -> str | None:
         try:
             settings = self._maintainer.settings(TableRef.parse(key))
         except IcegateError:
             return None
-        digest = self._by_block.get(id(settings))
-        if digest is None:
-            text = settings.model_dump_json()
-            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
-            self._by_block[id(settings)] = digest
+        known = self._by_block.get(id(settings))
+        if known is not None:
+            return known[1]
+        digest = hashlib.sha256(settings.model_dump_json().encode()).hexdigest()[:32]
+        self._by_block[id(settings)] = (settings, digest)
         return digest
 
 
