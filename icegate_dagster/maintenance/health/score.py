@@ -249,6 +249,14 @@ class HealthMetrics:
         )
 
 
+def health_state(excluded: str | None, due: bool) -> str:
+    """A table's state in one word: ``excluded`` (the whole table), ``due`` (something to
+    do) or ``healthy`` (a table's health and its summary say it alike)."""
+    if excluded is not None:
+        return "excluded"
+    return "due" if due else "healthy"
+
+
 @dataclass(frozen=True)
 class DueOperation:
     """One operation the table needs, and why (thresholds named with the figures)."""
@@ -283,9 +291,7 @@ class TableHealth:
     @property
     def state(self) -> str:
         """``excluded`` (the whole table), ``due`` (something to do) or ``healthy``."""
-        if self.excluded is not None:
-            return "excluded"
-        return "due" if self.due else "healthy"
+        return health_state(self.excluded, bool(self.due))
 
     @property
     def judged_score(self) -> float:

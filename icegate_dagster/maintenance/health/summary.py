@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from icegate_dagster.maintenance.health.score import DueOperation
+from icegate_dagster.maintenance.health.score import DueOperation, health_state
 
 if TYPE_CHECKING:
     from icegate_dagster.maintenance.health.score import TableHealth
@@ -134,9 +134,7 @@ class HealthSummary:
     @property
     def state(self) -> str:
         """``excluded`` (the whole table), ``due`` (something to do) or ``healthy``."""
-        if self.excluded is not None:
-            return "excluded"
-        return "due" if self.due else "healthy"
+        return health_state(self.excluded, bool(self.due))
 
     @property
     def need(self) -> float:
