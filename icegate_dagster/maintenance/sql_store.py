@@ -50,7 +50,9 @@ def db_now(dialect: str) -> Any:
     if dialect == "sqlite":
         return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
     if dialect == "postgresql":
-        return literal_column("extract(epoch from clock_timestamp())")
+        # One instant per statement (a lease's start and end agree), fresh per statement
+        # (unlike now(), which a long transaction would hold back).
+        return literal_column("extract(epoch from statement_timestamp())")
     if dialect in ("mysql", "mariadb"):
         # UNIX_TIMESTAMP of a DATETIME(6) is a DECIMAL with microseconds: exact in a DOUBLE.
         return literal_column("UNIX_TIMESTAMP(NOW(6))")
