@@ -17,9 +17,11 @@ from icegate_dagster.errors import (
     describe_error,
 )
 from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.parallel import each_table
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
     from pyiceberg.table import Table
 
 
@@ -202,6 +204,7 @@ def table_locations(
         ]
     asked = False
     locations: dict[str, str] = {}
+    unknown: list[tuple[tuple[str, ...], str | None]] = []
     for identifier, metadata_location in listed:
         key = ".".join(identifier)
         location = LOCATIONS.get(metadata_location)
@@ -210,21 +213,88 @@ def table_locations(
             LOCATIONS.update(known())
             location = LOCATIONS.get(metadata_location)
         if location is None:
-            try:
-                table = catalog.load_table(identifier)
-                location = table.location()
-                LOCATIONS.put(table.metadata_location, location)
-            except Exception as exc:
-                # Masked (``clean``) before the cut, so no piece of a secret survives it.
-                error = clean(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
-                if unreadable is None:
-                    raise CatalogUnavailableError(
-                        f"cannot read the location of table {key!r}: {error}"
-                    ) from None
-                unreadable[key] = error
-                continue
-        locations[key] = normalize_location(location)
-    return locations
+            unknown.append((identifier, metadata_location))
+        else:
+            locations[key] = normalize_location(location)
+    files = _FileIOs(catalog)
+    for (identifier, _), read in each_table(
+        unknown, lambda item: _read_location(catalog, files, *item), LOCATION_READERS, "locations"
+    ):
+        key = ".".join(identifier)
+        if isinstance(read, str):
+            locations[key] = normalize_location(read)
+            continue
+        # Masked (``clean``) before the cut, so no piece of a secret survives it.
+        error = clean(f"{type(read).__name__}: {read}".splitlines()[0])[:300]
+        if unreadable is None:
+            raise CatalogUnavailableError(
+                f"cannot read the location of table {key!r}: {error}"
+            ) from None
+        unreadable[key] = error
+    return dict(sorted(locations.items()))
+
+
+#: Tables whose location is read at once when none is known (each a metadata file read or
+#: a catalog round trip: waiting, not computing).
+LOCATION_READERS = 16
+
+
+class _FileIOs:
+    """One FileIO per scheme for a catalog's metadata files (as the catalog reads them: its
+    own properties), made on first use and shared by the readers."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self._lock = threading.Lock()
+        self._made: dict[str, FileIO] = {}
+
+    def read(self, location: str) -> bytes:
+        """The bytes of the file at ``location``."""
+        from pyiceberg.io import load_file_io
+
+        scheme = location.split("://", 1)[0] if "://" in location else ""
+        with self._lock:
+            io = self._made.get(scheme)
+            if io is None:
+                io = self._made[scheme] = load_file_io(self._catalog.properties, location)
+        with io.new_input(location).open() as stream:
+            return stream.read()
+
+
+def _read_location(
+    catalog: Catalog, files: _FileIOs, identifier: tuple[str, ...], metadata_location: str | None
+) -> str | Exception:
+    """A table's location: from its metadata file's ``location`` field when the catalog named
+    the file (no catalog round trip, no full parse), else by loading the table; the error
+    when neither can be read."""
+    if metadata_location is not None:
+        try:
+            location = _metadata_file_location(files.read(metadata_location), metadata_location)
+        except Exception:  # an unreadable file: the catalog's own load says why
+            pass
+        else:
+            LOCATIONS.put(metadata_location, location)
+            return location
+    try:
+        table = catalog.load_table(identifier)
+        location = table.location()
+    except Exception as exc:
+        return exc
+    LOCATIONS.put(table.metadata_location, location)
+    return location
+
+
+def _metadata_file_location(content: bytes, metadata_location: str) -> str:
+    """The ``location`` field of a table metadata file's content (plain or gzip JSON)."""
+    import gzip
+    import json
+
+    if content[:2] == b"\x1f\x8b":
+        content = gzip.decompress(content)
+    location = json.loads(content)["location"]
+    if not isinstance(location, str) or not location:
+        raise ValueError(f"{metadata_location} names no table location")
+    return location
 
 
 def wal_root_conflict(key: str, location: str, wal_root: str | None) -> str | None:
