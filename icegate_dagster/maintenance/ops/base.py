@@ -110,6 +110,8 @@ class Operation(ABC):
     cli_command: ClassVar[str | None] = None
     #: Help for ``--force`` on that subcommand; ``None``: no such flag.
     force_help: ClassVar[str | None] = None
+    #: Help for ``--dry-run`` on that subcommand.
+    dry_run_help: ClassVar[str] = "plan only (as run --dry-run): change nothing"
     #: It deletes files: Iceberg refuses it where ``gc.enabled=false``, so it is skipped there.
     deletes_files: ClassVar[bool] = False
     #: A table excluded from maintenance (``icegate.maintenance.enabled=false``, the
