@@ -36,7 +36,7 @@ from icegate_dagster.maintenance import (
     TableResult,
     TableStats,
 )
-from icegate_dagster.maintenance.health.checks import CHECK_NAMES
+from icegate_dagster.maintenance.health.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
 from icegate_dagster.maintenance.maintainer import pass_record
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
@@ -418,7 +418,8 @@ def _declared_check(name: str) -> dg.AssetChecksDefinition:
         name=name,
         partitions_def=iceberg_tables,
         description=(
-            f"{name}: evaluated per table by every maintenance run (step `record`). "
+            f"{CHECK_DESCRIPTIONS[name]} Evaluated per table by every maintenance run (step "
+            "`record`). "
             "Executed as its own step, it re-reports the latest verdict of each table in the run."
         ),
     )
