@@ -394,7 +394,10 @@ def build_maintained_table(steps: Sequence[dg.OpDefinition] | None = None) -> dg
         description=(
             "Every Iceberg table of the lakehouse, kept healthy: WAL ingested, small files "
             "compacted, manifests rewritten, old snapshots expired, orphaned files removed, "
-            "TTL applied. One partition per table."
+            "TTL applied. One partition per table (key namespace.table; tables whose name starts "
+            "with _ are left out). Each operation is a step of its own; the run config "
+            "ops: {maintained_table: {ops: {plan: {config: {operations: [wal_compaction]}}}}} "
+            "limits a run to some steps (unknown names fail the run, naming them)."
         ),
     )
     def maintained_table() -> Any:
