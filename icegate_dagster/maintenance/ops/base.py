@@ -162,7 +162,7 @@ def gc_disabled(table: Table) -> str | None:
         f"gc.enabled={value} on this table: its files may be shared (Nessie sets this; so do "
         "tables that share files), so snapshots are not expired and orphans not removed here. "
         "Run the catalog owner's own GC instead (for Nessie: Nessie GC's mark-and-sweep, "
-        "see README 'Tables with GC turned off'); compaction still runs"
+        "see docs/concepts/sharing-and-opt-out.md); compaction still runs"
     )
 
 
