@@ -204,9 +204,9 @@ def _walk(model: type[BaseModel], location: Location) -> Iterator[ConfigKey]:
         )
 
 
-def config_keys() -> list[ConfigKey]:
+def config_keys(root: type[BaseModel] = IcegateConfig) -> list[ConfigKey]:
     """Every key of the file, in the models' order."""
-    return list(_walk(IcegateConfig, ()))
+    return list(_walk(root, ()))
 
 
 def _block_models() -> dict[str, type[BaseModel]]:
