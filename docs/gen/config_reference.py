@@ -223,20 +223,37 @@ def _block_models() -> dict[str, type[BaseModel]]:
     return dict(walk(IcegateConfig, ()))
 
 
-def markdown() -> str:
-    """The reference: one section per block, one table row per key."""
+def _blocks() -> dict[str, list[ConfigKey]]:
     blocks: dict[str, list[ConfigKey]] = {}
     for key in config_keys():
         blocks.setdefault(key.block, []).append(key)
+    return blocks
+
+
+def _keys_table(keys: list[ConfigKey]) -> list[str]:
+    return table(
+        ["key", "type", "default", "bounds", "description"],
+        [[f"`{k.key}`", k.type, k.default, k.bounds, k.description] for k in keys],
+    )
+
+
+def block_markdown(block: str) -> str:
+    """The table of one block's keys, for a page that explains that block
+    (``<!-- generated: config-block maintain.health -->``)."""
+    blocks = _blocks()
+    if block not in blocks:
+        raise ValueError(f"no configuration block {block!r} (known: {', '.join(blocks)})")
+    return "\n".join(_keys_table(blocks[block]))
+
+
+def markdown() -> str:
+    """The reference: one section per block, one table row per key."""
     models = _block_models()
     lines: list[str] = []
-    for block, keys in blocks.items():
+    for block, keys in _blocks().items():
         title = "Top level" if block == TOP_LEVEL else f"`{block}`"
         lines += [f"### {title}", ""]
         if block in models and (summary := block_summary(models[block])):
             lines += [summary, ""]
-        lines += table(
-            ["key", "type", "default", "bounds", "description"],
-            [[f"`{k.key}`", k.type, k.default, k.bounds, k.description] for k in keys],
-        )
+        lines += _keys_table(keys)
     return "\n".join(lines)

@@ -142,3 +142,7 @@ def test_the_hook_fills_each_placeholder_and_refuses_an_unknown_one() -> None:
     assert expanded.endswith("After.\n")
     with pytest.raises(ValueError, match="no generated reference 'nope'"):
         hooks.expand("<!-- generated: nope -->\n")
+    block = hooks.expand("<!-- generated: config-block maintain.health -->\n")
+    assert "`maintain.health.min_score`" in block and "`maintain.trigger" not in block
+    with pytest.raises(ValueError, match="no configuration block 'maintain.nope'"):
+        hooks.expand("<!-- generated: config-block maintain.nope -->\n")
