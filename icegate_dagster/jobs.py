@@ -27,7 +27,9 @@ maintenance_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(maintained_table, maintenance_log).without_checks(),
     executor_def=dg.in_process_executor,
     tags=MAINTENANCE_TAGS,
-    description="Maintain the selected tables, then report the maintenance log.",
+    description="Maintain the selected partitions of maintained_table, then report the "
+    "maintenance log: all steps in one process (one Spark session), each step maintaining "
+    "maintain.parallel_tables tables at a time.",
 )
 
 
@@ -104,7 +106,9 @@ def migrate_tables(
 
 @dg.job(
     name="migrate_job",
-    description="Create or evolve IceGate's tables (logs, spans, metrics, events); safe to re-run.",
+    description="Create or evolve IceGate's tables (logs, spans, metrics, events; op config "
+    "`namespace`); safe to re-run. Fails if any table failed, with each table's action in the "
+    "step's metadata.",
     executor_def=dg.in_process_executor,
 )
 def migrate_job() -> None:
@@ -150,7 +154,9 @@ def rollback_table(
 @dg.job(
     name="rollback_job",
     tags=MAINTENANCE_TAGS,
-    description="Roll a table back to one of its snapshots (config: table, snapshot_id); logged.",
+    description="Roll a table back to one of its snapshots (op rollback_table, config: table, "
+    "snapshot_id); logged like the CLI's. An unknown snapshot fails the run, naming the ids the "
+    "table has.",
     executor_def=dg.in_process_executor,
 )
 def rollback_job() -> None:
@@ -250,7 +256,9 @@ def delete_collected_orphans(
     name="collect_orphans_job",
     tags=MAINTENANCE_TAGS,
     description="Record orphan candidates of the configured tables (op config `tables`; "
-    "empty: every table) for a later delete_collected_orphans_job; deletes nothing.",
+    "empty: every table) for a later delete_collected_orphans_job; deletes nothing. Metadata "
+    "`candidates`, `candidate_bytes` and `results` (per file); a failing table fails alone, "
+    "and the step fails at the end naming it.",
     executor_def=dg.in_process_executor,
 )
 def collect_orphans_job() -> None:
@@ -262,7 +270,9 @@ def collect_orphans_job() -> None:
     name="delete_collected_orphans_job",
     tags=MAINTENANCE_TAGS,
     description="Delete the collected orphan candidates still unreferenced, old and unchanged "
-    "(op config `tables`; empty: every table); logged as remove_orphan_files.",
+    "(op config `tables`; empty: every table); logged as remove_orphan_files. Metadata "
+    "`orphans_removed`, `bytes_removed`, `kept`, `delete_failures` and `results` (per file); a "
+    "failing table fails alone, and the step fails at the end naming it.",
     executor_def=dg.in_process_executor,
 )
 def delete_collected_orphans_job() -> None:

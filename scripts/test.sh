@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then lint, type-check and run the whole test suite.
+# Set up (scripts/setup.sh), then lint, type-check, build the documentation and run the whole
+# test suite.
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --test || exit 1
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
+# The documentation site (mkdocs.yml): a broken link or anchor, or a reference the code
+# cannot generate, fails the build. (The variable silences the theme's end-of-life banner.)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet || exit 1
 # Two processes (ICEGATE_TEST_WORKERS; 0 runs in this one), each with its own Spark session;
 # a file stays in one process, so a module's servers start once.
 workers="${ICEGATE_TEST_WORKERS:-2}"

@@ -36,7 +36,7 @@ from icegate_dagster.maintenance import (
     TableResult,
     TableStats,
 )
-from icegate_dagster.maintenance.health.checks import CHECK_NAMES
+from icegate_dagster.maintenance.health.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
 from icegate_dagster.maintenance.maintainer import pass_record
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
@@ -394,7 +394,10 @@ def build_maintained_table(steps: Sequence[dg.OpDefinition] | None = None) -> dg
         description=(
             "Every Iceberg table of the lakehouse, kept healthy: WAL ingested, small files "
             "compacted, manifests rewritten, old snapshots expired, orphaned files removed, "
-            "TTL applied. One partition per table."
+            "TTL applied. One partition per table (key namespace.table; tables whose name starts "
+            "with _ are left out). Each operation is a step of its own; the run config "
+            "ops: {maintained_table: {ops: {plan: {config: {operations: [wal_compaction]}}}}} "
+            "limits a run to some steps (unknown names fail the run, naming them)."
         ),
     )
     def maintained_table() -> Any:
@@ -418,7 +421,8 @@ def _declared_check(name: str) -> dg.AssetChecksDefinition:
         name=name,
         partitions_def=iceberg_tables,
         description=(
-            f"{name}: evaluated per table by every maintenance run (step `record`). "
+            f"{CHECK_DESCRIPTIONS[name]} Evaluated per table by every maintenance run (step "
+            "`record`). "
             "Executed as its own step, it re-reports the latest verdict of each table in the run."
         ),
     )

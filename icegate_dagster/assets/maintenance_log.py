@@ -65,7 +65,9 @@ def log_table_report(
     deps=[MAINTAINED_TABLE],
     group_name="iceberg_maintenance",
     kinds={"iceberg"},
-    description="The Iceberg table <namespace>._maintenance_log: one row per table per operation.",
+    description="The Iceberg table <namespace>._maintenance_log: one row per table per operation. "
+    "Metadata rows, rows_this_run, failures_this_run, a markdown table of this run's rows, and "
+    "the log table's own upkeep (log_table_upkeep).",
 )
 def maintenance_log(
     context: dg.AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource

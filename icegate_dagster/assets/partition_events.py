@@ -50,6 +50,59 @@ ASSESSMENT_SOURCE = "assessment"
 #: the log table.
 CLI_RUN_TAG = "icegate/cli_run_id"
 
+#: Every metadata key a partition of ``maintained_table`` may carry (a run's or a CLI pass's
+#: materialization, the health sensor's assessment or observation), and what it says: the
+#: Dagster reference of the documentation lists them from here, and a test holds the
+#: functions below to it. ``<operation>`` stands for each operation of the pass.
+PARTITION_METADATA: dict[str, str] = {
+    "healthy": "the table's `healthy` verdict after the pass, or now on an observation",
+    "health_score": "its health score, 0-100 (a float, so the Plots tab draws it)",
+    "due_operations": "the operations due after the pass (`none`: nothing due)",
+    "why": "each due operation's reason (markdown), or the verdict",
+    "health_error": "why the table's health could not be assessed",
+    "excluded": "why the table, or some of its operations, are not maintained here",
+    "shares_location_with": "the tables whose location overlaps its own",
+    "sharing_warning": "it shares its location without `gc.enabled=false`",
+    "recorded_by": "who recorded a materialization outside a maintenance run: "
+    "`icegate-maintain, run cli-...` for a CLI pass, `table_health_sensor, from Iceberg "
+    "metadata: no maintenance ran` for an assessment",
+    "files_before": "data files before the pass",
+    "files_after": "data files after it",
+    "bytes_before": "bytes of the data files before the pass",
+    "bytes_after": "bytes of the data files after it",
+    "snapshots_before": "snapshots before the pass",
+    "snapshots_after": "snapshots after it",
+    "rows_before": "live rows (what a reader sees) before the pass; absent where a table with "
+    "delete files saw no commit (not counted: see the `rows_preserved` check)",
+    "rows_after": "live rows after it",
+    "records_before": "records in data files before the pass",
+    "records_after": "records in data files after it",
+    "delete_files_before": "delete files of every kind before the pass",
+    "delete_files_after": "delete files of every kind after it",
+    "small_files_after": "data files under `optimize.file_size_threshold` after the pass",
+    "wal_files_ingested": "WAL files the pass ingested",
+    "orphans_removed": "orphan files the pass removed",
+    "wal_files_count": "WAL files left waiting after the run",
+    "wal_size_bytes": "bytes of WAL left waiting after the run",
+    "wal_files_quarantined": "WAL files in `_quarantine`",
+    "wal_error": "the WAL folder could not be listed (the `wal_backlog` check fails with it)",
+    "duration_s": "seconds the table's pass took",
+    "ops_failed": "operations that failed",
+    "ops_held_elsewhere": "operations skipped because another maintainer held the table (the "
+    "work may still be due)",
+    "<operation>_status": "each operation's outcome: `completed`, `failed` or `skipped`",
+    "<operation>_duration_s": "seconds each operation took",
+    "error": "the table's error, when the pass failed for the whole table",
+    "tables_consulted": "the tables sharing the location whose references kept files from "
+    "this pass's deletes",
+    "ops": "a markdown table of the operations: status, time, data files, details",
+    "ops_json": "the operations' outcomes and output, as JSON",
+    "checks": "the checks' verdicts stored with the materialization, which a check executed "
+    "on its own re-reports",
+    "trigger": "what keeps failing or stays due for the health trigger: which operation, "
+    "how many times in a row, the last error and the next attempt",
+}
+
 
 def partition_metadata(result: TableResult, wal: WalStats) -> dict[str, Any]:
     """The contract's metadata for one partition's materialization (the table's health after

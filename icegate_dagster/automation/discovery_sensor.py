@@ -151,7 +151,13 @@ def discovery_tick(
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Adds a partition of maintained_table for each new table; removes a partition once "
-        "the catalog confirms its table is gone."
+        "the catalog, asked for that very table, confirms it is gone: a listing that comes "
+        "back short (a REST catalog in failover answering 'no such namespace') removes "
+        "nothing, and a table that cannot be asked about stays (pyiceberg only, no JVM). A "
+        "dropped table stays a partition while an unfinished run names it as "
+        "dagster/partition or lies in its range, or while a backfill of maintained_table is in "
+        "progress (Dagster fails a whole run whose range start or end partition no longer "
+        "exists); the tick's skip reason names the tables kept and what holds them."
     ),
 )
 def iceberg_table_discovery(

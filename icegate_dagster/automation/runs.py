@@ -29,13 +29,18 @@ UNFINISHED = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
-#: The sensors that request maintenance runs, and the tags on those runs: who asked, the
-#: table and the state the sensor saw (one-table runs), how many tables (every batch run).
+#: The sensors that request maintenance runs.
 HEALTH_SENSOR = "table_health_sensor"
 WAL_SENSOR = "wal_size_sensor"
+#: On every run a sensor requests: which sensor asked (``table_health_sensor``,
+#: ``wal_size_sensor``).
 TRIGGER_TAG = "icegate/trigger"
+#: On a one-table run a sensor requests: the table.
 TABLE_TAG = "icegate/table"
+#: On a one-table run a sensor requests: the table's state as the sensor saw it (its
+#: metadata file, WAL and due work).
 STATE_TAG = "icegate/table_state"
+#: On every run a sensor requests: how many tables it maintains.
 TABLES_TAG = "icegate/tables"
 
 #: On every run of a job that maintains tables with Spark (one JVM each): the instance's

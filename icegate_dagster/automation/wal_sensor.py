@@ -37,6 +37,8 @@ from icegate_dagster.maintenance.trigger.selection import waiting_since
 from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_backlogs
 from icegate_dagster.resources import LakehouseResource
 
+#: On a one-table run of ``wal_size_sensor``: its backlog (the table and its oldest waiting
+#: file), the state the run answers.
 BACKLOG_TAG = "icegate/wal_backlog"
 OPERATION = "wal_compaction"
 NAMED = 10

@@ -18,8 +18,8 @@ import yaml
 from pydantic import ValidationError
 
 from icegate_dagster.config.models import (
-    _FILE_KEYS,
     DEFAULT_CATALOG_NAME,
+    FILE_KEYS,
     NAMESPACE_WILDCARD,
     IcegateConfig,
     TableSettings,
@@ -100,7 +100,7 @@ def _fields_from_file(
     top: Mapping[str, Any], embedded: bool
 ) -> tuple[dict[str, Any], dict[tuple[str | int, ...], str]]:
     """The file's layout mapped onto IcegateConfig's fields, values left for the models to
-    check; also the locations whose key in the file is not the one ``_FILE_KEYS`` gives."""
+    check; also the locations whose key in the file is not the one ``FILE_KEYS`` gives."""
     fields: dict[str, Any] = {key: top[key] for key in ("namespaces", "spark") if key in top}
 
     catalog = top.get("catalog")
@@ -162,7 +162,7 @@ def _fields_from_file(
         for table in rules
         if table not in tables
     }
-    return fields, {**_FILE_KEYS, **file_keys}
+    return fields, {**FILE_KEYS, **file_keys}
 
 
 def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> IcegateConfig:

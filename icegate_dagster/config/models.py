@@ -42,6 +42,27 @@ DEFAULT_LOCK_WAIT = timedelta(seconds=30)
 DEFAULT_PARALLEL_TABLES = 4
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
+#: Bounds of ``maintain.parallel_tables``.
+MIN_PARALLEL_TABLES, MAX_PARALLEL_TABLES = 1, 64
+#: Bounds of ``maintain.trigger.tick_deadline``: Dagster cancels a sensor evaluation at 60 s.
+MIN_TICK_DEADLINE, MAX_TICK_DEADLINE = timedelta(seconds=5), timedelta(seconds=50)
+#: ``json_schema_extra`` of a field the loader fills in, never a key of the file (the
+#: configuration reference leaves it out).
+DERIVED: dict[str, Any] = {"icegate_derived": True}
+
+
+def _bounds(low: object = None, high: object = None) -> dict[str, Any]:
+    """``json_schema_extra`` naming the bounds a validator enforces (one that gives its own
+    message), so that the configuration reference shows them from the same constants."""
+
+    def shown(value: object) -> object:
+        return format_duration(value) if isinstance(value, timedelta) else value
+
+    return {
+        **({"minimum": shown(low)} if low is not None else {}),
+        **({"maximum": shown(high)} if high is not None else {}),
+    }
+
 
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -161,35 +182,75 @@ class _Settings(BaseModel):
 class CompactionSettings(_Settings):
     """WAL -> Iceberg compaction thresholds (IceGate's names)."""
 
-    min_files: int = Field(default=10, ge=1)
-    min_size_bytes: Size = 100 * 1024**2
-    target_file_size: Size = 128 * 1024**2
+    min_files: int = Field(
+        default=10, ge=1, description="a table's WAL is ingested once it has this many files..."
+    )
+    min_size_bytes: Size = Field(
+        default=100 * 1024**2, description="...or this many bytes, whichever comes first"
+    )
+    target_file_size: Size = Field(
+        default=128 * 1024**2,
+        description="size of the data files the ingest writes (Iceberg `target-file-size-bytes`)",
+    )
 
 
 class OptimizeSettings(_Settings):
     """Small-file rewrite of the table itself (``rewrite_data_files``)."""
 
-    file_size_threshold: Size = 10 * 1024**2
-    min_input_files: int = Field(default=5, ge=1)
-    strategy: Literal["binpack", "sort"] = "binpack"
-    sort_order: str | None = None
-    #: Set as ``write.parquet.compression-codec`` on a table that sets none before its
-    #: first rewrite: Iceberg's writer would fall back to gzip there (tables made by
-    #: pyiceberg and other non-Java tools), which is 3x slower to write than zstd.
-    #: ``null`` leaves such tables to that fallback.
-    compression_codec: Literal["zstd", "gzip", "snappy", "lz4", "uncompressed"] | None = "zstd"
-    #: ``max-file-group-size-bytes`` of the rewrite: smaller groups are written in
-    #: parallel (one task each) and give more, smaller files; unset: Iceberg's 100 GB.
-    max_file_group_size: Size | None = None
-    #: Iceberg's ``delete-file-threshold``: a data file with at least this many delete
-    #: files (position, equality or a deletion vector) is rewritten, its deletes applied,
-    #: whatever its size. 1 (any delete file; Iceberg's own default is never) because
-    #: every read pays for every delete file until a rewrite applies it.
-    delete_file_threshold: int = Field(default=1, ge=1)
-    #: Iceberg's ``delete-ratio-threshold``: a data file whose deleted rows reach this
-    #: share of its rows is rewritten, its deletes applied (Iceberg counts the rows of
-    #: deletes scoped to that one file: deletion vectors, Spark's position deletes).
-    delete_ratio_threshold: float = Field(default=0.3, gt=0, le=1)
+    file_size_threshold: Size = Field(
+        default=10 * 1024**2,
+        description="data files smaller than this are compaction candidates (Iceberg "
+        "`min-file-size-bytes`); the table's target file size stays its own unless the "
+        "threshold reaches it, then the target becomes twice the threshold",
+    )
+    min_input_files: int = Field(
+        default=5,
+        ge=1,
+        description="a partition's group is rewritten once it has this many candidates "
+        "(Iceberg `min-input-files`)",
+    )
+    strategy: Literal["binpack", "sort"] = Field(
+        default="binpack",
+        description="`sort` uses `sort_order` if set, else the table's sort order; a table "
+        "with neither fails that operation with a clear message",
+    )
+    sort_order: str | None = Field(
+        default=None,
+        description="the order of `strategy: sort`: `zorder(a, b)` or "
+        "`a ASC NULLS LAST, b DESC` (plain column names only); unset: the table's own",
+    )
+    compression_codec: Literal["zstd", "gzip", "snappy", "lz4", "uncompressed"] | None = Field(
+        default="zstd",
+        description="set as `write.parquet.compression-codec` on a table that sets none, "
+        "before its first rewrite (the operation says so): Iceberg's Java writer falls back "
+        "to gzip there (tables made by pyiceberg or other non-Java tools), about 3x slower "
+        "to write than zstd and unlike pyiceberg's own zstd files; a table's own codec is "
+        "never changed; `null` leaves such tables to gzip",
+    )
+    max_file_group_size: Size | None = Field(
+        default=None,
+        description="Iceberg's `max-file-group-size-bytes`: a partition's small files are "
+        "rewritten in groups of this size, one Spark task each, so several cores write at "
+        "once; it also caps the output files at about this size (more, smaller files); "
+        "unset: Iceberg's 100 GB",
+    )
+    delete_file_threshold: int = Field(
+        default=1,
+        ge=1,
+        description="a data file with this many delete files (position, equality, deletion "
+        "vector) is rewritten whatever its size, its deletes applied (Iceberg "
+        "`delete-file-threshold`, whose own default is never: every read pays for every "
+        "delete file until a rewrite applies it); see [Delete files](../concepts/"
+        "delete-files.md)",
+    )
+    delete_ratio_threshold: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="...or whose deleted rows reach this share of its rows (Iceberg "
+        "`delete-ratio-threshold`, same default; it counts deletes scoped to that one file: "
+        "deletion vectors and Spark's position deletes)",
+    )
 
     @field_validator("sort_order")
     @classmethod
@@ -200,35 +261,62 @@ class OptimizeSettings(_Settings):
 class ExpireSnapshotsSettings(_Settings):
     """Snapshot expiry: older than ``retention_threshold``, keeping the last ``retain_last``."""
 
-    retention_threshold: Duration = timedelta(days=7)
-    retain_last: int = Field(default=1, ge=1)
-    #: Also drop partition specs and schemas no remaining snapshot uses (Iceberg's
-    #: ``clean_expired_metadata``), so ``metadata.json`` stops growing with evolution.
-    clean_expired_metadata: bool = True
-    #: Delete the files only expired snapshots reach (``false``: expire the metadata only
-    #: and leave those files to ``remove_orphan_files``, as seed 002's
-    #: ``--expire-keep-files``).
-    delete_files: bool = True
+    retention_threshold: Duration = Field(
+        default=timedelta(days=7), description="snapshots older than this expire..."
+    )
+    retain_last: int = Field(
+        default=1,
+        ge=1,
+        description="...except the newest `retain_last`; the current snapshot and every "
+        "branch and tag head always stay",
+    )
+    clean_expired_metadata: bool = Field(
+        default=True,
+        description="the expiry's commit also drops the partition specs and schemas that are "
+        "not the current ones and that no remaining snapshot uses (Iceberg's "
+        "`clean_expired_metadata`), so `metadata.json` stops growing with every evolution; "
+        "with nothing to expire, an unused one alone makes the operation run (in a pass; the "
+        "health trigger does not look for unused specs and schemas)",
+    )
+    delete_files: bool = Field(
+        default=True,
+        description="delete the files only expired snapshots reach (data, delete, manifest, "
+        "manifest-list and statistics files), by reachability (see [Safety](../safety.md)); "
+        "`false` expires the metadata only and leaves those files to `remove_orphan_files` "
+        "(seed 002's `--expire-keep-files`): the expiry's commit is then a metadata change on "
+        "the driver whatever the table's size, and its output says `files_deleted: false`; "
+        "the files go once they are older than `remove_orphan_files.retention_threshold`",
+    )
 
 
 class RewritePositionDeletesSettings(_Settings):
     """Position delete files compacted, and the dangling ones (their data gone) dropped
     (``rewrite_position_delete_files``)."""
 
-    #: A partition's position delete files are rewritten together once it has this many
-    #: (Iceberg's ``min-input-files``; a group needs two at least). Any dangling delete
-    #: file makes every one rewritten (``rewrite-all``), since rewriting drops the rows of
-    #: data files that are gone.
-    min_input_files: int = Field(default=2, ge=2)
+    min_input_files: int = Field(
+        default=2,
+        ge=2,
+        description="a partition's position delete files are rewritten together once it has "
+        "this many (Iceberg `min-input-files`; a group needs two at least); any dangling one "
+        "makes every one rewritten (`rewrite-all`), since rewriting drops the rows of data "
+        "files that are gone",
+    )
 
 
 class TableStatsSettings(_Settings):
     """Opt-in Puffin statistics (NDV sketches) for engines' cost-based planning."""
 
-    enabled: bool = False
-    #: Columns to sketch (checked against each table's schema when it runs); unset: every
-    #: top-level column of a primitive type.
-    columns: tuple[str, ...] | None = None
+    enabled: bool = Field(
+        default=False,
+        description="after the pass's rewrites, compute Puffin NDV statistics for the current "
+        "snapshot (see [Statistics](../concepts/statistics-and-expiry.md))",
+    )
+    columns: tuple[str, ...] | None = Field(
+        default=None,
+        description="the columns to sketch (a list, e.g. `[service, tenant_id]`; each must be "
+        "a primitive column of the table, or the operation fails naming it); unset: every "
+        "top-level primitive column",
+    )
 
     @field_validator("columns", mode="before")
     @classmethod
@@ -254,8 +342,13 @@ class TableStatsSettings(_Settings):
 class RemoveOrphanFilesSettings(_Settings):
     """Orphan-file removal; never below Iceberg's 24 h floor."""
 
-    retention_threshold: Duration = timedelta(days=7)
-    dry_run: bool = False
+    retention_threshold: Duration = Field(
+        default=timedelta(days=7),
+        description="only unreferenced files older than this go (younger files may belong to "
+        "writes in progress)",
+        json_schema_extra=_bounds(low=MIN_ORPHAN_RETENTION),
+    )
+    dry_run: bool = Field(default=False, description="list what would go, delete nothing")
 
     @field_validator("retention_threshold")
     @classmethod
@@ -271,65 +364,130 @@ class RemoveOrphanFilesSettings(_Settings):
 class HealthCheckSettings(_Settings):
     """Thresholds of the asset checks (IceGate's alert levels)."""
 
-    max_snapshots: int = Field(default=100, ge=1)
-    max_wal_files: int = Field(default=1000, ge=1)
-    max_wal_bytes: Size = 10 * 1024**3
-    #: A WAL ingest or compaction that took longer than this is alerted on (the seed's
-    #: ``compaction_duration_seconds > 300``): the exporter publishes it for the alert rules.
-    max_compaction_duration: Duration = timedelta(minutes=5)
+    max_snapshots: int = Field(
+        default=100, ge=1, description="the `snapshot_count` check fails above this"
+    )
+    max_wal_files: int = Field(
+        default=1000,
+        ge=1,
+        description="the `wal_backlog` check fails above this many WAL files (or "
+        "`max_wal_bytes`), and whenever a WAL file sits in quarantine",
+    )
+    max_wal_bytes: Size = Field(
+        default=10 * 1024**3, description="the `wal_backlog` check fails above this many bytes"
+    )
+    max_compaction_duration: Duration = Field(
+        default=timedelta(minutes=5),
+        description="a WAL ingest or compaction (`optimize`) that did work and took longer "
+        "than this fires the `IcegateCompactionSlow` alert (the seed's "
+        "`compaction_duration_seconds > 300`); published per table by `icegate-maintain "
+        "serve` as `icegate_check_max_compaction_duration_seconds` (no asset check uses it)",
+    )
 
 
 class HealthSettings(_Settings):
     """When a table counts as unhealthy and which operations become due (``maintain.health``;
     a table's own ``icegate.health.<key>`` properties override these)."""
 
-    #: Small files in one partition at which ``optimize`` becomes due (Amoro's minor
-    #: optimizing triggers at 12 fragment files).
-    small_files: int = Field(default=12, ge=2)
-    #: Delete files (position, equality, deletion vectors) at which delete work is due.
-    delete_files: int = Field(default=1, ge=1)
-    #: Manifests at which ``rewrite_manifests`` is due.
-    manifests: int = Field(default=100, ge=2)
-    #: Small manifests (under 3/4 of ``commit.manifest.target-size-bytes``) at which
-    #: ``rewrite_manifests`` is due: planning reads each one, and merging them is cheap.
-    small_manifests: int = Field(default=50, ge=2)
-    #: Expirable snapshots at which ``expire_snapshots`` is due (and a tenth of the
-    #: table's snapshots at least: a steady writer always has one just past retention).
-    expirable_snapshots: int = Field(default=10, ge=1)
-    #: A partition's health check fails below this score (0-100).
-    min_score: float = Field(default=50.0, ge=0, le=100)
-    #: The health trigger maintains a table at most once per this interval.
-    min_interval: Duration = timedelta(minutes=2)
+    small_files: int = Field(
+        default=12,
+        ge=2,
+        description="small files in one partition that make `optimize` due (Amoro's minor "
+        "optimizing triggers at 12 fragment files)",
+    )
+    delete_files: int = Field(
+        default=1,
+        ge=1,
+        description="delete files (position, equality, deletion vectors) that make delete "
+        "work due (as Gravitino: any)",
+    )
+    manifests: int = Field(
+        default=100,
+        ge=2,
+        description="manifests that make `rewrite_manifests` due (Iceberg's own "
+        "`commit.manifest.min-count-to-merge`)",
+    )
+    small_manifests: int = Field(
+        default=50,
+        ge=2,
+        description="small manifests (under 3/4 of `commit.manifest.target-size-bytes`) that "
+        "make `rewrite_manifests` due: planning opens each one, and merging them is cheap",
+    )
+    expirable_snapshots: int = Field(
+        default=10,
+        ge=1,
+        description="expirable snapshots that make `expire_snapshots` due (and a tenth of the "
+        "table's snapshots at least: a steady writer always has one just past retention)",
+    )
+    min_score: float = Field(
+        default=50.0,
+        ge=0,
+        le=100,
+        description="a partition's `healthy` check fails below this score",
+    )
+    min_interval: Duration = Field(
+        default=timedelta(minutes=2),
+        description="the health trigger maintains a table at most this often",
+    )
 
 
 class TriggerSettings(_Settings):
     """How the sensors' runs are made: tables per run, the health trigger's budget per
     evaluation, and its back-off (``maintain.trigger``)."""
 
-    #: Tables requested per evaluation, neediest first; the rest wait for the next one.
-    max_tables: int = Field(default=100, ge=1)
-    #: Tables the sensors put in one run: one process and one Spark session for all of them.
-    tables_per_run: int = Field(default=100, ge=1, le=1000)
-    #: Bytes to rewrite requested per evaluation (the first table always fits).
-    max_bytes: Size = 100 * 1024**3
-    #: After a table's second failed run in a row its next one waits this long, doubling...
-    backoff: Duration = timedelta(minutes=1)
-    #: ...up to this.
-    backoff_max: Duration = timedelta(hours=1)
-    #: Where the catalog cannot say which tables changed (REST, Glue, Hive), the health
-    #: trigger looks at each table again at least this often (a SQL catalog tells it every
-    #: table's metadata file in one query, so a changed table is looked at in the next tick).
-    recheck: Duration = timedelta(minutes=10)
-    #: Each sensor evaluation ends within this; what it had no time for waits for the next
-    #: (Dagster cancels an evaluation at 60 s, and then keeps nothing of it).
-    tick_deadline: Duration = timedelta(seconds=30)
+    max_tables: int = Field(
+        default=100,
+        ge=1,
+        description="the health trigger's budget per evaluation: tables requested, "
+        "longest-waiting first; the rest is reported as backlog and waits for the next one",
+    )
+    tables_per_run: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="tables the health and WAL sensors put in one run of "
+        "`maintenance_batch_job`: one process and one Spark session for all of them, each "
+        "table doing its own due operations; more tables than that make several runs of even "
+        "size. Every run pays a cold JVM and Dagster's set-up, so fewer, larger runs cost "
+        "less (see [Size the daemon](../how-to/sizing.md))",
+    )
+    max_bytes: Size = Field(
+        default=100 * 1024**3,
+        description="the health trigger's budget per evaluation: bytes the due operations of "
+        "the tables requested would rewrite (the first table always fits)",
+    )
+    backoff: Duration = Field(
+        default=timedelta(minutes=1),
+        description="an operation that failed (also inside a run that succeeded), was lost "
+        "with its run, or stayed due after it ran, N >= 2 times in a row, waits "
+        "`backoff x 2^(N-2)`, at most `backoff_max`, before the sensors ask for it again "
+        "(the trigger's memory)",
+    )
+    backoff_max: Duration = Field(
+        default=timedelta(hours=1), description="the ceiling of that doubling back-off"
+    )
+    recheck: Duration = Field(
+        default=timedelta(minutes=10),
+        description="where the catalog cannot say which tables changed (REST, Glue, Hive), "
+        "the health trigger looks at each table again at least this often; a SQL catalog "
+        "tells every table's metadata file in one query, so a changed table is looked at in "
+        "the next tick",
+    )
+    tick_deadline: Duration = Field(
+        default=timedelta(seconds=30),
+        description="each sensor evaluation ends within this (Dagster cancels one at 60 s and "
+        "keeps nothing of it); what it had no time for waits for the next tick",
+        json_schema_extra=_bounds(MIN_TICK_DEADLINE, MAX_TICK_DEADLINE),
+    )
 
     @field_validator("tick_deadline")
     @classmethod
     def _below_dagsters_limit(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=5) <= value <= timedelta(seconds=50):
+        if not MIN_TICK_DEADLINE <= value <= MAX_TICK_DEADLINE:
             raise _broken(
-                "must be between 5s and 50s (Dagster cancels a sensor evaluation at 60 s)",
+                f"must be between {format_duration(MIN_TICK_DEADLINE)} and "
+                f"{format_duration(MAX_TICK_DEADLINE)} (Dagster cancels a sensor evaluation "
+                "at 60 s)",
                 value=format_duration(value),
             )
         return value
@@ -338,12 +496,27 @@ class TriggerSettings(_Settings):
 class LockSettings(_Settings):
     """Where the per-table leases live, and how long one lasts (``maintain.locks``)."""
 
-    #: SQLAlchemy URL of the lease store every maintainer shares; unset: the catalog's own
-    #: SQL database, else a SQLite file beside the configuration (one host only).
-    uri: str | None = None
-    lease: Duration = timedelta(minutes=2)
-    #: A holder that has kept a table this long is reported (``ops_succeeded`` fails).
-    stuck_after: Duration = timedelta(hours=6)
+    uri: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the lease store (table `icegate_table_leases`) that "
+        "every maintainer of the deployment must share; unset: the catalog's own database "
+        "(SQLite, PostgreSQL catalogs), else `sqlite:///<config folder>/.icegate/locks.db` "
+        "(one host only). With a REST catalog and more than one host, set it (the Dagster "
+        "instance's PostgreSQL is a natural home); SQLite, PostgreSQL and MySQL keep leases",
+    )
+    lease: Duration = Field(
+        default=timedelta(minutes=2),
+        description="how long a lease lasts unless renewed; the holder renews it every sixth "
+        "and stops itself (cancelling its Spark jobs, committing nothing) if it could not "
+        "renew for two thirds of it. Dagster runs keep a heartbeat of the same length: a "
+        "`STARTED` run with neither for longer than this is failed by the sensors as having "
+        "no worker",
+    )
+    stuck_after: Duration = Field(
+        default=timedelta(hours=6),
+        description="an operation that finds its table held longer than this fails (and with "
+        "it `ops_succeeded`) naming the holder, instead of skipping quietly",
+    )
 
     @field_validator("uri")
     @classmethod
@@ -354,8 +527,16 @@ class LockSettings(_Settings):
 class RetentionSettings(_Settings):
     """TTL: rows whose ``column`` is older than ``days`` are deleted."""
 
-    days: int = Field(ge=1)
-    column: str = "timestamp"
+    days: int = Field(
+        ge=1,
+        description="rows whose timestamp `column` is older than this many days are deleted, "
+        "with Spark `DELETE` (a filter aligned with the partitions is a metadata-only "
+        "delete); the operation reports `rows_deleted`",
+    )
+    column: str = Field(
+        default="timestamp",
+        description="the column compared with the cutoff: `timestamptz`, `timestamp` or `date`",
+    )
 
 
 class TableSettings(_Settings):
@@ -374,15 +555,28 @@ class TableSettings(_Settings):
     health: HealthSettings = HealthSettings()
     rewrite_position_delete_files: RewritePositionDeletesSettings = RewritePositionDeletesSettings()
     compute_table_stats: TableStatsSettings = TableStatsSettings()
-    #: ``false`` excludes the table from every maintenance operation (shown as excluded,
-    #: not failing); so does the table property ``icegate.maintenance.enabled=false``.
-    enabled: bool = True
-    #: Tables whose property ``self-optimizing.enabled=true`` says Apache Amoro optimizes
-    #: them are left to Amoro for rewrites (``optimize``, ``rewrite_position_delete_files``);
-    #: ``false`` rewrites them here too.
-    defer_to_amoro: bool = True
-    #: Only tables with a rule (``maintain.retention`` or ``maintain.tables``) have one.
-    retention: RetentionSettings | None = None
+    enabled: bool = Field(
+        default=True,
+        description="`false` excludes tables from **every** operation: set under `maintain:` "
+        "for all, `maintain.tables.<namespace>.*` for a namespace, "
+        "`maintain.tables.<ns.table>` for one; the table property "
+        "`icegate.maintenance.enabled=false` does the same (either one is enough). An "
+        "excluded table is shown as excluded, not failing (`status`, its partition page, its "
+        "checks, the log: `skipped` rows saying why); `rollback`, a person's explicit repair, "
+        "still runs",
+    )
+    defer_to_amoro: bool = Field(
+        default=True,
+        description="a table whose property `self-optimizing.enabled=true` says Apache Amoro "
+        "optimizes it has its rewrites (`optimize`, `rewrite_position_delete_files`) left to "
+        "Amoro, said so the same way; WAL ingest, manifest rewrite, expiry, orphans and TTL "
+        "still run. `false` (globally or per table) rewrites it here too",
+    )
+    retention: RetentionSettings | None = Field(
+        default=None,
+        description="TTL: only tables with a rule (`maintain.retention.<ns.table>` or "
+        "`maintain.tables.<ns.table>.retention`) have one",
+    )
 
     @classmethod
     def _allowed_keys(cls) -> list[str]:
@@ -393,11 +587,24 @@ class TableSettings(_Settings):
 class CatalogSettings(_Settings):
     """The ``catalog:`` block: a name plus pyiceberg properties passed through untouched."""
 
-    name: str = DEFAULT_CATALOG_NAME
-    #: Every key of the block but ``name``; ``uri`` and ``warehouse`` made absolute.
-    properties: _Properties = Field(default_factory=dict)
-    #: True for the embedded default, whose folder is created on first use.
-    embedded: bool = False
+    name: str = Field(
+        default=DEFAULT_CATALOG_NAME,
+        description="the catalog's name; Spark registers its Iceberg catalog under this name "
+        "too (a SQL catalog stores its name in every row). Letters, digits and `_`",
+    )
+    properties: _Properties = Field(
+        default_factory=dict,
+        description="every other key of the block: a pyiceberg catalog property, passed "
+        "through as it is (`uri`, `warehouse`, `type`, `s3.*`, ...; `uri` and `warehouse` "
+        "made absolute against the file's folder). SQLite and PostgreSQL URIs are mapped to "
+        "Iceberg's JDBC catalog for Spark; other catalog types pass their properties to both "
+        "sides. Required: `uri`, except for `type: rest`, `glue`, `hive`, `in-memory`",
+    )
+    embedded: bool = Field(
+        default=False,
+        description="true for the embedded default, whose folder is created on first use",
+        json_schema_extra=DERIVED,
+    )
 
     @field_validator("name", mode="before")
     @classmethod
@@ -429,8 +636,16 @@ class CatalogSettings(_Settings):
 class SparkSettings(_Settings):
     """The ``spark:`` block."""
 
-    master: str = "local[*]"
-    conf: _Properties = Field(default_factory=dict)
+    master: str = Field(
+        default="local[*]",
+        description="Spark's master URL, given to the session as it is (`spark://host:7077` "
+        "for a standalone cluster)",
+    )
+    conf: _Properties = Field(
+        default_factory=dict,
+        description="any Spark setting, merged last: it wins over the project's own (see "
+        "[Spark settings](configuration.md#spark-settings))",
+    )
 
     @classmethod
     def _allowed_keys(cls) -> list[str]:
@@ -448,32 +663,65 @@ class SparkSettings(_Settings):
 class IcegateConfig(_Settings):
     """The whole, validated configuration (built by :func:`config_from_dict`)."""
 
-    catalog: CatalogSettings
-    #: Namespaces to maintain; None: every namespace.
-    namespaces: tuple[str, ...] | None = None
+    catalog: CatalogSettings = Field(
+        description="the catalog both engines use; without one, the embedded default: a "
+        "SQLite catalog `icegate` in `./.icegate/catalog.db` beside the file"
+    )
+    namespaces: tuple[str, ...] | None = Field(
+        default=None, description="the namespaces to maintain; unset: every namespace"
+    )
     spark: SparkSettings = SparkSettings()
-    #: ``wal.root``, absolute.
-    wal_root: str | None = None
-    log_table: _TableName = DEFAULT_LOG_TABLE
-    #: The blocks under ``maintain:``; ``retention`` is always None here.
-    defaults: TableSettings = TableSettings()
-    #: Tables named in ``maintain.tables`` or ``maintain.retention``, defaults merged in; a
-    #: ``namespace.*`` key holds the settings of that namespace's other tables.
-    table_overrides: Mapping[_TableKey, TableSettings] = Field(default_factory=dict)
-    source: str
-    #: How long an operation waits for another maintainer's lock on its table before skipping.
-    lock_wait: Duration = DEFAULT_LOCK_WAIT
-    #: How many tables a pass maintains at once, sharing one Spark session.
-    parallel_tables: int = DEFAULT_PARALLEL_TABLES
-    #: The lease store (``maintain.locks``).
+    wal_root: str | None = Field(
+        default=None,
+        description="where WAL files wait: `<root>/<namespace>/<table>/*.parquet` (a path or "
+        "any URI pyarrow and Spark both read); unset in a file that names a catalog: no WAL "
+        "step. The embedded default's is `./.icegate/wal`",
+    )
+    log_table: _TableName = Field(
+        default=DEFAULT_LOG_TABLE,
+        description="the maintenance log, an Iceberg table created on first use (see [The "
+        "maintenance log](maintenance-log.md)); catalogs that refuse names starting with `_` "
+        "need another name",
+    )
+    defaults: TableSettings = Field(
+        default=TableSettings(),
+        description="the blocks under `maintain:`, every table's settings unless its own entry "
+        "says otherwise",
+    )
+    table_overrides: Mapping[_TableKey, TableSettings] = Field(
+        default_factory=dict,
+        description="per-table overrides of any block of `maintain:` (`enabled`, "
+        "`defer_to_amoro`, `retention` and the operations' blocks), laid over the defaults. "
+        "A `<namespace>.*` key holds the settings of every table of the namespace that has no "
+        "entry of its own; a table's own entry is laid over it. Only `<namespace>.*` "
+        "patterns exist",
+    )
+    source: str = Field(description="where the configuration came from", json_schema_extra=DERIVED)
+    lock_wait: Duration = Field(
+        default=DEFAULT_LOCK_WAIT,
+        description="how long an operation waits for another maintainer's lease on its table "
+        "before it is skipped (see [Safety](../safety.md))",
+    )
+    parallel_tables: int = Field(
+        default=DEFAULT_PARALLEL_TABLES,
+        description="tables maintained at once in one Spark session, by a CLI `run` and by each "
+        "step of a Dagster run",
+        json_schema_extra=_bounds(MIN_PARALLEL_TABLES, MAX_PARALLEL_TABLES),
+    )
     locks: LockSettings = LockSettings()
-    #: The health trigger's budget and back-off (``maintain.trigger``).
     trigger: TriggerSettings = TriggerSettings()
-    #: The lease store when neither ``maintain.locks.uri`` nor a SQL catalog names one.
-    locks_fallback_uri: str | None = None
-    #: Every value a ``${VAR}`` put into the catalog block, ``spark.conf``, ``wal.root`` or
-    #: ``maintain.locks.uri``: secrets, kept off command lines and out of every message.
-    secrets: tuple[str, ...] = ()
+    locks_fallback_uri: str | None = Field(
+        default=None,
+        description="the lease store when neither `maintain.locks.uri` nor a SQL catalog names one",
+        json_schema_extra=DERIVED,
+    )
+    secrets: tuple[str, ...] = Field(
+        default=(),
+        description="every value a `${VAR}` put into the catalog block, `spark.conf`, "
+        "`wal.root` or `maintain.locks.uri`: secrets, kept off command lines and out of every "
+        "message",
+        json_schema_extra=DERIVED,
+    )
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -499,8 +747,8 @@ class IcegateConfig(_Settings):
         # Strict: pydantic would take 4.0, "4" or true for a number of tables.
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("must be a whole number")
-        if not 1 <= value <= 64:
-            raise ValueError("must be between 1 and 64")
+        if not MIN_PARALLEL_TABLES <= value <= MAX_PARALLEL_TABLES:
+            raise ValueError(f"must be between {MIN_PARALLEL_TABLES} and {MAX_PARALLEL_TABLES}")
         return value
 
     def for_table(self, table: str) -> TableSettings:
@@ -532,8 +780,9 @@ class IcegateConfig(_Settings):
             raise _config_error(exc) from None
 
 
-#: Where the file writes the IcegateConfig fields that are not top-level keys of their own.
-_FILE_KEYS: dict[tuple[str | int, ...], str] = {
+#: Where the file writes the IcegateConfig fields that are not top-level keys of their own
+#: (error messages and the configuration reference name keys as the file writes them).
+FILE_KEYS: dict[tuple[str | int, ...], str] = {
     ("catalog", "properties"): "catalog",
     ("wal_root",): "wal.root",
     ("log_table",): "maintain.log_table",
@@ -551,7 +800,7 @@ def _fail(key: str, value: object, rule: str) -> ConfigError:
 
 
 def _config_error(
-    exc: ValidationError, file_keys: Mapping[tuple[str | int, ...], str] = _FILE_KEYS
+    exc: ValidationError, file_keys: Mapping[tuple[str | int, ...], str] = FILE_KEYS
 ) -> ConfigError:
     """The first error of ``exc`` as a ConfigError naming the key as the file writes it.
 

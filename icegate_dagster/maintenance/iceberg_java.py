@@ -1,8 +1,8 @@
 """Iceberg's own Java API on the Spark driver: table updates that need no Spark job.
 
 A procedure call plans a distributed job even for a table of a few files; for small
-tables the same update through the table API costs a tenth of the time (see README,
-Performance). Large tables keep the distributed procedures.
+tables the same update through the table API costs a tenth of the time (see
+docs/performance.md). Large tables keep the distributed procedures.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
     ),
     TableGauge(
         "icegate_table_health_score",
-        "Health score, 100 = healthy (see README: Health)",
+        "Health score, 100 = healthy (see docs/concepts/health.md)",
         _of_health(lambda h: h.score),
     ),
     TableGauge(

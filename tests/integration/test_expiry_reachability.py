@@ -11,7 +11,7 @@ every retained snapshot reads back the rows it had, through Spark and through Du
 Where the shape reproduces the bug, an identical copy gets Iceberg's own
 ``expireSnapshots().commit()`` with its default cleanup: the control, evidence that the
 fixture reproduces the bug on the pinned runtime (it fails once a runtime deletes no live
-file there: then the pin moved, see docs/deploy.md).
+file there: then the pin moved, see docs/how-to/deploy.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The production instance of docs/deploy.md: ``deploy/dagster.yaml`` with PostgreSQL storage.
+"""The production instance of docs/how-to/deploy.md: ``deploy/dagster.yaml`` with PostgreSQL
+storage.
 
 A real PostgreSQL server on loopback; the instance is loaded from the shipped file
 with its ``{env: ...}`` values pointed at that server, and ``maintenance_job`` runs on it.

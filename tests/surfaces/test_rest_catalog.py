@@ -176,7 +176,8 @@ def rest(
     config_path = root / "icegate.yaml"
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert seaweedfs.access_key not in config_path.read_text()
-    # The keys reach icegate only through the environment, as README documents (${VAR}).
+    # The keys reach icegate only through the environment (${VAR}), as
+    # docs/reference/configuration.md documents.
     saved = {name: os.environ.get(name) for name in seaweedfs.env()}
     os.environ.update(seaweedfs.env())
     lakehouse = RestLakehouse(seaweedfs, root, config_path, catalog)

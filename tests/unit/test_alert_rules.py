@@ -1,8 +1,9 @@
 """The shipped alert rules and dashboard: ``promtool check rules`` and ``promtool test
 rules`` (Prometheus' own rule tests, in ``deploy/prometheus/icegate-rules.test.yml``), and
-every metric they name is one the exporter renders; README's table of metrics names every
-family the exporter renders, and only those. (Each dashboard query is run against a real
-Prometheus in ``tests/surfaces/test_monitoring.py``.)"""
+every metric they name is one the exporter renders; the documentation's table of metrics
+(docs/reference/monitoring.md) names every family the exporter renders, and only those.
+(Each dashboard query is run against a real Prometheus in
+``tests/surfaces/test_monitoring.py``.)"""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from icegate_dagster.monitoring.snapshot import SOURCES, DaemonBeat, Snapshot, S
 from tests.unit.test_monitoring import _figures
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+METRICS_PAGE = REPO / "docs" / "reference" / "monitoring.md"
 RULES = REPO / "deploy" / "prometheus" / "icegate-rules.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "icegate-rules.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "icegate-maintenance.json"
@@ -114,10 +115,10 @@ def test_the_rules_and_the_dashboard_name_only_exported_metrics() -> None:
             assert panel["targets"], panel["title"]
 
 
-def test_readme_lists_every_metric_the_exporter_renders() -> None:
-    """The metrics table of README's Prometheus section matches the code both ways."""
-    text = README.read_text()
-    start = text.index("\n## Prometheus, health endpoints, alerts and a dashboard")
+def test_the_docs_list_every_metric_the_exporter_renders() -> None:
+    """The table of the Metrics section of the documentation matches the code both ways."""
+    text = METRICS_PAGE.read_text()
+    start = text.index("\n## Metrics\n")
     section = text[start : text.index("\n## ", start + 1)]
     table = [line for line in section.splitlines() if line.startswith("| `")]
     named = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}

@@ -6,8 +6,17 @@ from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import partition_metadata
+from icegate_dagster.assets.partition_events import (
+    PARTITION_METADATA,
+    exclusion_metadata,
+    health_metadata,
+    partition_metadata,
+)
+from icegate_dagster.maintenance import OPERATIONS
+from icegate_dagster.maintenance.exclusion import Exclusion
+from icegate_dagster.maintenance.health.checks import CheckOutcome
 from icegate_dagster.maintenance.results import OpResult, Status, TableResult, TableStats
+from icegate_dagster.maintenance.sharing import Sharing
 from icegate_dagster.maintenance.wal import WalStats
 from tests.contract import CONTRACT_METADATA_KEYS
 
@@ -197,3 +206,38 @@ def test_ops_json_holds_every_op_in_order() -> None:
     assert value.data == [r.as_dict() for r in result.ops]
     assert [entry["operation"] for entry in value.data] == ["optimize", "retention"]
     assert value.data[1]["output"] == {"rows_deleted": 3}
+
+
+def _documented(key: str) -> bool:
+    """``key`` is in PARTITION_METADATA, itself or as ``<operation>_...``."""
+    if key in PARTITION_METADATA:
+        return True
+    return any(
+        key == f"{name}{pattern.removeprefix('<operation>')}"
+        for name in OPERATIONS.names()
+        for pattern in PARTITION_METADATA
+        if pattern.startswith("<operation>")
+    )
+
+
+def test_every_metadata_key_a_partition_gets_is_documented() -> None:
+    """PARTITION_METADATA (which the documentation's Dagster reference lists) names every key
+    a maintenance pass, an exclusion, a shared location and a health verdict put on a
+    partition, so a new key cannot go undocumented."""
+    result = maintained(
+        *(op(name, tables_consulted=["ns.twin"]) for name in OPERATIONS.names()),
+        error="the table vanished",
+    )
+    verdict = CheckOutcome("healthy", False, "could not be assessed")
+    metadata = {
+        **partition_metadata(result, WAL),
+        **health_metadata(None, verdict),
+        **exclusion_metadata(
+            Exclusion(table="excluded by the configuration", by="config"),
+            Sharing("ns.t", "file:///w/t", overlapping=("ns.twin",)),
+        ),
+    }
+    assert {"tables_consulted", "error", "excluded", "sharing_warning"} <= set(metadata)
+    assert [key for key in metadata if not _documented(key)] == []
+    # The contract's keys among them.
+    assert all(_documented(key) for key in CONTRACT_METADATA_KEYS)

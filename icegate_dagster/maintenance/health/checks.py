@@ -13,14 +13,21 @@ from icegate_dagster.maintenance.wal import WalStats
 if TYPE_CHECKING:
     from icegate_dagster.maintenance.health.summary import Assessed
 
-CHECK_NAMES = (
-    "rows_preserved",
-    "small_files",
-    "snapshot_count",
-    "wal_backlog",
-    "ops_succeeded",
-    "healthy",
-)
+#: The checks on every table after a pass, and what each judges (the Dagster check's
+#: description, and so the documentation's).
+CHECK_DESCRIPTIONS = {
+    "rows_preserved": "The live rows (what a reader sees) changed only by what the pass "
+    "itself added (WAL ingest) or deleted (TTL retention).",
+    "small_files": "No small file the rewrite would pick is left (`optimize.file_size_threshold`, "
+    "`optimize.min_input_files`).",
+    "snapshot_count": "The table keeps at most `maintain.checks.max_snapshots` snapshots.",
+    "wal_backlog": "At most `maintain.checks.max_wal_files` WAL files and "
+    "`max_wal_bytes` wait, and none sits in quarantine.",
+    "ops_succeeded": "Every operation of the pass succeeded (a failed one fails this check "
+    "with its error; the others still ran).",
+    "healthy": "The table's health score is at least its `health.min_score`.",
+}
+CHECK_NAMES = tuple(CHECK_DESCRIPTIONS)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ class Operation(ABC):
     cli_command: ClassVar[str | None] = None
     #: Help for ``--force`` on that subcommand; ``None``: no such flag.
     force_help: ClassVar[str | None] = None
+    #: Help for ``--dry-run`` on that subcommand.
+    dry_run_help: ClassVar[str] = "plan only (as run --dry-run): change nothing"
     #: It deletes files: Iceberg refuses it where ``gc.enabled=false``, so it is skipped there.
     deletes_files: ClassVar[bool] = False
     #: A table excluded from maintenance (``icegate.maintenance.enabled=false``, the
@@ -160,7 +162,7 @@ def gc_disabled(table: Table) -> str | None:
         f"gc.enabled={value} on this table: its files may be shared (Nessie sets this; so do "
         "tables that share files), so snapshots are not expired and orphans not removed here. "
         "Run the catalog owner's own GC instead (for Nessie: Nessie GC's mark-and-sweep, "
-        "see README 'Tables with GC turned off'); compaction still runs"
+        "see docs/concepts/sharing-and-opt-out.md); compaction still runs"
     )
 
 

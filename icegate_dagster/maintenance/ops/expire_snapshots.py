@@ -432,6 +432,11 @@ class ExpireSnapshots(Operation):
     description = "Expire old snapshots with Iceberg's expire_snapshots (Spark)."
     settings_block = "expire_snapshots"
     cli_command = "expire"
+    dry_run_help = (
+        "say how many snapshots would expire and, from metadata, how many files (data, delete, "
+        "manifests, manifest lists, statistics) and bytes the expiry would then delete, by "
+        "reachability (output bytes_to_free, files_to_free and per kind); change nothing"
+    )
     deletes_files = True
 
     def _nothing(self, ctx: OpContext) -> str | None:

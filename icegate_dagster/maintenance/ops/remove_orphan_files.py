@@ -58,6 +58,7 @@ class RemoveOrphanFiles(Operation):
     description = "Delete old unreferenced files with remove_orphan_files (Spark)."
     settings_block = "remove_orphan_files"
     cli_command = "orphans"
+    dry_run_help = "list the orphan files that would be deleted; delete nothing"
     deletes_files = True
     dry_run_describes = False  # a dry run lists the files: Iceberg's own answer
     metadata_sums = {"orphans_removed": "orphans"}
