@@ -63,9 +63,12 @@ MAINTAIN = {
     "health": {"min_interval": "10s"},
     "trigger": {"backoff": "5s", "backoff_max": "20s"},
 }
-#: How long writer, ingester and killer run; the crash comes in the middle. The suite's
-#: budget allows 90 s; ``ICEGATE_SOAK_SECONDS=1800`` soaks longer (same assertions).
-FAULT_SECONDS = int(os.environ.get("ICEGATE_SOAK_SECONDS", "90"))
+#: How long writer, ingester and killer run at least (the crash comes in the middle, and
+#: they go on until two run workers were killed, however slow the host): the suite's budget
+#: allows 60 s; ``ICEGATE_SOAK_SECONDS=1800`` soaks longer (same assertions).
+FAULT_SECONDS = int(os.environ.get("ICEGATE_SOAK_SECONDS", "60"))
+#: Run workers the killer must have killed before the faults stop.
+KILLS = 2
 KILL_EVERY_S = 25
 #: The issue's promise: healed within 5 minutes of the last fault.
 HEALED_WITHIN_S = 300
@@ -257,6 +260,15 @@ def test_the_daemon_heals_itself_through_killed_workers_and_a_crash(
             server = dagster_dev(2)  # the same DAGSTER_HOME
 
             time.sleep(max(0.0, faults_end - time.monotonic()))
+            # A loaded host starts fewer runs a minute: the faults go on until the killer
+            # has killed its share, so that every run of the suite proves the same.
+            wait_until(
+                lambda: len(kills) >= KILLS,
+                KILL_EVERY_S * 2 * KILLS + FAULT_SECONDS,
+                f"{KILLS} run workers killed",
+                interval=1,
+                details=lambda: server.log_tail(60),
+            )
         finally:
             for loop in (writer, ingester, killer):
                 loop.stop()
@@ -282,7 +294,7 @@ def test_the_daemon_heals_itself_through_killed_workers_and_a_crash(
             [failure] = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
             assert failure.dagster_event is not None
             assert "worker is gone" in str(failure.dagster_event.message)
-        assert len(kills) >= 2, kills
+        assert len(kills) >= KILLS, kills
         _same_rows(lh, WRITTEN, expected_written)
         _same_rows(lh, LOGS, expected_logs)
         assert wal_files[0] >= FAULT_SECONDS // 3
