@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -78,6 +79,24 @@ _JAVA_COMMAND_LINE = {
     "spark.driver.extraJavaOptions",
     "spark.driver.extraClassPath",
 }
+
+#: Where setup puts the archive of the driver's classes (``icegate_dagster.spark_classes``):
+#: beside the installed packages it was made from.
+CLASSES_ARCHIVE = Path(sys.prefix) / "share" / "icegate" / "spark-driver-classes.jsa"
+#: The JVM's notes on the archive off: they go to standard output.
+QUIET_CLASS_SHARING = "-Xlog:cds=off,cds+dynamic=off"
+#: JVM options a user may have set themselves, which then win.
+_USER_CLASS_SHARING = ("-XX:SharedArchiveFile", "-Xshare", "-XX:ArchiveClassesAtExit")
+
+
+def class_sharing_options(user_options: str = "", archive: Path = CLASSES_ARCHIVE) -> str:
+    """The driver JVM options that map ``archive`` when it exists ("" otherwise, or when the
+    user's own options already choose class-data sharing). The JVM's notes about the archive
+    are silenced: they would go to standard output, which ``--json`` owns."""
+    if not archive.is_file() or any(option in user_options for option in _USER_CLASS_SHARING):
+        return ""
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_CLASS_SHARING}"
+
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -166,6 +185,10 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
     if user_jars or jars:
         conf["spark.jars"] = ",".join([*user_jars, *jars])
     conf.update(spark_catalog_conf(config.catalog))
+    # The driver's classes mapped from setup's archive when there is one.
+    shared = class_sharing_options(user.get("spark.driver.extraJavaOptions", ""))
+    if shared:
+        conf["spark.driver.extraJavaOptions"] += " " + shared
     if "spark.driver.extraJavaOptions" in user:
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)
