@@ -14,6 +14,7 @@ would without it: ``-Xshare:auto``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,7 @@ def build_archive(archive: Path = CLASSES_ARCHIVE, timeout: float = 600) -> Path
         if not dump_to.is_file() or dump_to.stat().st_size == 0:
             raise RuntimeError(f"the JVM wrote no archive at {dump_to}")
         staged = archive.with_suffix(".jsa.new")
-        staged.write_bytes(dump_to.read_bytes())
+        shutil.copyfile(dump_to, staged)  # streamed: the archive is ~160 MB
         staged.replace(archive)  # atomic: a JVM starting now maps the old or the new one
     return archive
 
