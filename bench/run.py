@@ -7,7 +7,9 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, monitoring, scale, query, batching, daemon. ``scale`` builds 10,000 tables
+sensor, health_sensor, monitoring, scale, query, batching, daemon, peers. ``peers``
+installs iceberg-zamboni in its own venv under ``.bench/peers/`` and runs W1 and W2 with
+it (``--peer-reps``, default 6 and 4; ``bench.peers`` says how). ``scale`` builds 10,000 tables
 (``--scale-tables N``) before it measures: allow half an hour. ``--reps`` (default 3)
 repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
 ``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
@@ -76,6 +78,8 @@ class Settings:
     tables_per_run: int | None = None
     #: ``scale``'s lakehouse size.
     scale_tables: int = 10_000
+    #: ``peers``' repetitions of W1 and of W2.
+    peer_reps: tuple[int, int] = (6, 4)
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -214,9 +218,11 @@ def cold(
     argv: list[str],
     cwd: Path,
     check: Callable[[ProcessRun], dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Sample:
-    """Run ``argv`` as a new process; a non-zero exit or a failed ``check`` is a crash."""
-    run = run_process(argv, cwd=cwd, env=_env(), timeout=settings.timeout)
+    """Run ``argv`` as a new process (in ``env``, else ours); a non-zero exit or a failed
+    ``check`` is a crash."""
+    run = run_process(argv, cwd=cwd, env=env or _env(), timeout=settings.timeout)
     if run.exit_code != 0:
         raise SideFailed(what, run)
     try:
@@ -317,6 +323,13 @@ def growth(small: tuple[int, Summary], big: tuple[int, Summary]) -> str:
 
 
 # -- benchmarks -------------------------------------------------------------------------------
+
+
+def bench_peers(work: Path, settings: Settings) -> list[Figure]:
+    """W1 and W2 against iceberg-zamboni (``bench.peers``, imported late: it imports this)."""
+    from bench import peers
+
+    return peers.bench_peers(work, settings)
 
 
 def bench_full_pass(work: Path, settings: Settings) -> list[Figure]:
@@ -1177,6 +1190,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "query": bench_query,
     "batching": bench_batching,
     "daemon": bench_daemon,
+    "peers": bench_peers,
 }
 
 
@@ -1219,12 +1233,27 @@ def _parser() -> argparse.ArgumentParser:
         help="daemon: maintain.trigger.tables_per_run of its lakehouses (default: the default)",
     )
     parser.add_argument(
+        "--peer-reps",
+        default="6,4",
+        help="peers: repetitions of W1 and of W2, comma-separated (default 6,4)",
+    )
+    parser.add_argument(
         "--dagster-yaml",
         type=Path,
         default=REPO / "dagster.yaml",
         help="daemon: the instance settings (default: the repo's dagster.yaml)",
     )
     return parser
+
+
+def _two_counts(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, int]:
+    try:
+        first, second = (int(part) for part in text.split(","))
+    except ValueError:
+        parser.error(f"{flag} {text!r}: expected two counts, e.g. 6,4")
+    if first < 1 or second < 1:
+        parser.error(f"{flag} {text!r}: each count must be at least 1")
+    return first, second
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1247,6 +1276,7 @@ def main(argv: list[str] | None = None) -> int:
         dagster_yaml=args.dagster_yaml.resolve(),
         tables_per_run=args.tables_per_run,
         scale_tables=args.scale_tables,
+        peer_reps=_two_counts(parser, "--peer-reps", args.peer_reps),
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))

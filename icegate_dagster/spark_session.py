@@ -98,6 +98,46 @@ def class_sharing_options(user_options: str = "", archive: Path = CLASSES_ARCHIV
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_CLASS_SHARING}"
 
 
+#: The driver's collector in local mode with a small heap: the serial collector runs no
+#: threads of its own, which on a few cores take CPU from Spark's tasks (G1's do). The JVM
+#: itself picks it below 2 CPUs or 1792 MB of memory. Measured on 2 cores, cold processes:
+#: a full pass over 12 small tables 72 s instead of 74-77 s, 0.4 GB compacted in 45 s
+#: instead of 49-50 s, and 150-250 MB less resident memory in both (docs/performance.md).
+SERIAL_GC = "-XX:+UseSerialGC"
+#: Above this driver heap a stop-the-world collector's pauses grow: G1 stays.
+SERIAL_GC_MAX_HEAP = 2 * 1024**3
+_USER_GC = re.compile(r"-XX:[+-]Use\w*GC\b")
+_JVM_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+
+
+def jvm_bytes(text: str) -> int | None:
+    """A JVM memory size as Spark reads ``spark.driver.memory`` (``512m``, ``2g``; a bare
+    number is MiB), in bytes; None when it is not one."""
+    match = _JVM_SIZE.match(text)
+    if match is None:
+        return None
+    number, unit = int(match.group(1)), (match.group(2) or "m").lower()
+    return int(number * 1024 ** "bkmgt".index(unit))
+
+
+def local_gc_options(master: str, user: Mapping[str, str]) -> str:
+    """:data:`SERIAL_GC` for a local master whose driver heap is at most
+    :data:`SERIAL_GC_MAX_HEAP` (Spark's default is 1 GB), unless the user's options choose
+    a collector; "" otherwise (a cluster's driver, a big heap, the user's own choice)."""
+    if not master.startswith("local"):
+        return ""
+    options = " ".join(
+        user.get(key, "")
+        for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions")
+    )
+    if _USER_GC.search(options):
+        return ""
+    heap = jvm_bytes(user.get("spark.driver.memory", "1g"))
+    if heap is None or heap > SERIAL_GC_MAX_HEAP:
+        return ""
+    return SERIAL_GC
+
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 
@@ -187,8 +227,9 @@ def build_spark_conf(config: IcegateConfig) -> dict[str, str]:
     conf.update(spark_catalog_conf(config.catalog))
     # The driver's classes mapped from setup's archive when there is one.
     shared = class_sharing_options(user.get("spark.driver.extraJavaOptions", ""))
-    if shared:
-        conf["spark.driver.extraJavaOptions"] += " " + shared
+    for options in (shared, local_gc_options(config.spark.master, user)):
+        if options:
+            conf["spark.driver.extraJavaOptions"] += " " + options
     if "spark.driver.extraJavaOptions" in user:
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableResult
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark_session import CLASSES_ARCHIVE, get_spark
 from tests.lakehouse import Lakehouse, make_lakehouse
 
 RETAIN_LAST = 2
@@ -134,3 +134,21 @@ def test_log_rows_per_table_and_op(full_pass: PassOutcome) -> None:
 def test_one_spark_session_serves_every_lakehouse(full_pass: PassOutcome, tmp_path: Path) -> None:
     other = make_lakehouse(tmp_path / "other")
     assert get_spark(other.config) is get_spark(full_pass.lakehouse.config)
+
+
+def test_the_pass_ran_in_a_serial_collected_driver_with_shared_classes(
+    full_pass: PassOutcome,
+) -> None:
+    """What the driver JVM actually runs with, asked of the JVM itself: the serial collector
+    of a small local driver, and the classes of setup's archive where it was made."""
+    jvm = get_spark(full_pass.lakehouse.config).sparkContext._jvm
+    assert jvm is not None
+    management = jvm.java.lang.management.ManagementFactory
+    collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
+    assert collectors == {"Copy", "MarkSweepCompact"}  # the serial collector's two
+    diagnostics = management.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    if CLASSES_ARCHIVE.is_file():  # setup makes it (CI always does)
+        assert diagnostics.getVMOption("SharedArchiveFile").getValue() == str(CLASSES_ARCHIVE)
+        assert diagnostics.getVMOption("UseSharedSpaces").getValue() == "true"

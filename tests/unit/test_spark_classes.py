@@ -1,4 +1,5 @@
-"""The class-data sharing archive setup makes: used when present, never in the way."""
+"""The driver JVM's options: the class-data sharing archive setup makes (used when
+present, never in the way) and the serial collector of a small local driver."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from pathlib import Path
 from icegate_dagster.config import load_config
 from icegate_dagster.spark_session import (
     CLASSES_ARCHIVE,
+    SERIAL_GC,
     build_spark_conf,
     class_sharing_options,
+    jvm_bytes,
+    local_gc_options,
 )
 
 
@@ -40,3 +44,26 @@ def test_the_session_maps_setups_archive_beside_the_users_options(tmp_path: Path
     assert options.startswith("-Dmine=1 ")  # the user's first
     assert "-Dlog4j2.configurationFile=" in options
     assert (f"-XX:SharedArchiveFile={CLASSES_ARCHIVE}" in options) == CLASSES_ARCHIVE.is_file()
+
+
+def test_a_local_driver_with_a_small_heap_collects_serially() -> None:
+    assert local_gc_options("local[*]", {}) == SERIAL_GC  # Spark's default heap, 1 GB
+    assert local_gc_options("local[2]", {"spark.driver.memory": "2g"}) == SERIAL_GC
+    assert local_gc_options("local[2]", {"spark.driver.memory": "1536"}) == SERIAL_GC  # MiB
+
+
+def test_a_cluster_a_big_heap_or_the_users_collector_keeps_theirs() -> None:
+    assert local_gc_options("spark://master:7077", {}) == ""
+    assert local_gc_options("local[*]", {"spark.driver.memory": "8g"}) == ""
+    assert local_gc_options("local[*]", {"spark.driver.memory": "a lot"}) == ""
+    for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions"):
+        assert local_gc_options("local[*]", {key: "-Xss4m -XX:+UseG1GC"}) == ""
+        assert local_gc_options("local[*]", {key: "-XX:+UseParallelGC"}) == ""
+
+
+def test_jvm_sizes_read_as_spark_reads_them() -> None:
+    assert jvm_bytes("512m") == 512 * 1024**2
+    assert jvm_bytes("2G") == 2 * 1024**3
+    assert jvm_bytes("2048") == 2 * 1024**3  # a bare number is MiB
+    assert jvm_bytes("2gb") == 2 * 1024**3
+    assert jvm_bytes("two") is None
