@@ -67,10 +67,17 @@ def new_run_id() -> str:
     return f"cli-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
-def _start_spark(config: IcegateConfig) -> SparkSession:
+def _start_spark(config: IcegateConfig, *, small_work: bool = False) -> SparkSession:
     from icegate_dagster.spark_session import get_spark  # imports pyspark: only when needed
 
-    return get_spark(config)
+    return get_spark(config, small_work=small_work)
+
+
+#: A pass over at most this many tables sums their bytes to rewrite before its JVM starts
+#: (:meth:`Maintainer.rewrites_are_small`); a longer one amortizes the JIT's start anyway.
+SMALL_PASS_TABLES = 50
+#: Operations whose bytes the table's stats cannot bound (WAL files, TTL deletes).
+_UNBOUNDED_OPERATIONS = ("wal_compaction", "retention")
 
 
 class Maintainer:
@@ -93,7 +100,9 @@ class Maintainer:
         #: Test-only: called at each commit point and WAL checkpoint.
         self.fault_hook = fault_hook
         self._catalog = catalog
-        self._spark_provider = spark or (lambda: _start_spark(config))
+        #: Set by :meth:`maintain` before Spark starts: this pass's rewrites are small.
+        self.small_work = False
+        self._spark_provider = spark or (lambda: _start_spark(config, small_work=self.small_work))
         self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
         self._stats = StatsCache()
@@ -376,6 +385,8 @@ class Maintainer:
         order of ``refs``; ``on_table`` is called as each table finishes."""
         refs = list(refs)
         done: dict[int, TableResult] = {}
+        if not dry_run and self._spark is None:
+            self.small_work = self.rewrites_are_small(refs, operations)
 
         def maintain_one(item: tuple[int, TableRef]) -> TableResult:
             return self.maintain_table(item[1], operations, dry_run=dry_run, write_log=False)
@@ -399,6 +410,35 @@ class Maintainer:
         if not dry_run and refs:
             self.log_upkeep = self.maintain_log_table()
         return [done[index] for index in range(len(refs))]
+
+    def rewrites_are_small(
+        self, refs: Sequence[TableRef], operations: Sequence[str] | None = None
+    ) -> bool:
+        """Whether a pass over ``refs`` rewrites at most ``QUICK_JIT_MAX_BYTES`` of data
+        files, bounded from their stats (every byte of a table with files to compact or
+        deletes to apply, where the pass compacts; the stats are cached for the pass): a
+        Spark session it starts uses the quicker JIT (``spark_session.local_jit_options``).
+        False beyond
+        :data:`SMALL_PASS_TABLES` tables, with WAL ingest or TTL deletes to do, or when a
+        table cannot be read (the pass reports it)."""
+        from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
+
+        if len(refs) > SMALL_PASS_TABLES:
+            return False
+        total = 0
+        for ref in refs:
+            names = operations if operations is not None else self.operations_for(ref)
+            if any(name in _UNBOUNDED_OPERATIONS for name in names):
+                return False
+            if "optimize" not in names:  # the one operation that rewrites data files
+                continue
+            try:
+                stats = self.stats(ref)
+            except Exception:
+                return False
+            if stats.compactable_files or stats.delete_rewrite_files:
+                total += stats.data_bytes
+        return total <= QUICK_JIT_MAX_BYTES
 
     def run_each(
         self, names: Sequence[str] | None, operation: Operation, *, write_log: bool = True

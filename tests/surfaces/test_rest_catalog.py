@@ -50,7 +50,7 @@ from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.log.writer import read_log
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
-from icegate_dagster.maintenance.orphans.listing import orphan_candidates
+from icegate_dagster.maintenance.orphans.listing import iceberg_orphans, orphan_candidates
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.spark_session import build_spark_conf, iceberg_runtime_jar
@@ -572,9 +572,12 @@ def test_orphan_planning_lists_the_table_folder_through_the_catalogs_s3(
     try:
         # A cut-off in the future makes every object "old": only the stray one is unreferenced.
         candidates = orphan_candidates(table, datetime.now(UTC) + timedelta(hours=1))
+        # Iceberg's answer worked out without Spark, as the URI Iceberg reports.
+        orphans = iceberg_orphans(table, datetime.now(UTC) + timedelta(hours=1))
     finally:
         table.io.delete(stray)
     assert candidates == [stray.split("://", 1)[1]]
+    assert orphans == [stray]
 
 
 def test_deferred_orphan_collection_on_s3_never_collects_a_young_object(

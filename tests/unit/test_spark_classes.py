@@ -1,5 +1,6 @@
 """The driver JVM's options: the class-data sharing archive setup makes (used when
-present, never in the way) and the serial collector of a small local driver."""
+present, never in the way), the serial collector of a small local driver and the quick JIT
+of a pass whose rewrites are small."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 from icegate_dagster.config import load_config
 from icegate_dagster.spark_session import (
     CLASSES_ARCHIVE,
+    QUICK_JIT,
     SERIAL_GC,
     build_spark_conf,
     class_sharing_options,
     jvm_bytes,
     local_gc_options,
+    local_jit_options,
 )
 
 
@@ -67,3 +70,24 @@ def test_jvm_sizes_read_as_spark_reads_them() -> None:
     assert jvm_bytes("2048") == 2 * 1024**3  # a bare number is MiB
     assert jvm_bytes("2gb") == 2 * 1024**3
     assert jvm_bytes("two") is None
+
+
+def test_a_small_pass_on_a_local_driver_compiles_with_c1_only() -> None:
+    assert local_jit_options("local[*]", {}, small_work=True) == QUICK_JIT
+    assert local_jit_options("local[*]", {}, small_work=False) == ""
+    assert local_jit_options("spark://master:7077", {}, small_work=True) == ""
+    for theirs in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Xint", "-Xcomp"):
+        for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions"):
+            assert local_jit_options("local[2]", {key: f"-Xss4m {theirs}"}, small_work=True) == ""
+
+
+def test_the_session_of_a_small_pass_asks_for_the_quick_jit(tmp_path: Path) -> None:
+    config_path = tmp_path / "icegate.yaml"
+    config_path.write_text(
+        "catalog: {name: c, uri: 'sqlite:///" + str(tmp_path / "c.db") + "', "
+        "warehouse: 'file://" + str(tmp_path / "w") + "'}\n"
+    )
+    config = load_config(config_path)
+    small = build_spark_conf(config, small_work=True)["spark.driver.extraJavaOptions"]
+    big = build_spark_conf(config)["spark.driver.extraJavaOptions"]
+    assert QUICK_JIT in small.split() and QUICK_JIT not in big

@@ -8,6 +8,13 @@ Iceberg's procedure cannot consult them, so it is asked for its list as a dry ru
 files the other tables reference are left out, and the rest is deleted through the table's
 FileIO under its lease; a dry run lists exactly that. When another table's location or
 metadata cannot be read, the operation is refused: nothing is deleted.
+
+Where the table's metadata and one listing tell Iceberg's answer exactly (a store pyarrow
+lists, up to :data:`~icegate_dagster.maintenance.orphans.listing.MAX_MANIFESTS` manifests:
+:func:`~icegate_dagster.maintenance.orphans.listing.iceberg_orphans`), that answer is used
+and the files are deleted through the table's pyiceberg FileIO under its lease, without a
+Spark job (or a JVM): on a small table Iceberg's procedure costs seconds of Spark jobs to
+list a few files. Everywhere else, Iceberg's procedure lists and deletes.
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ from icegate_dagster.maintenance.ops.base import (
     Plan,
     refuse_crossing_paths,
 )
-from icegate_dagster.maintenance.ops.file_deletes import delete_files
+from icegate_dagster.maintenance.ops.file_deletes import (
+    delete_files,
+    delete_files_without_spark,
+)
 from icegate_dagster.maintenance.ops.procedures import call_procedure, timestamp_literal
-from icegate_dagster.maintenance.orphans.listing import orphan_candidates
+from icegate_dagster.maintenance.orphans.listing import iceberg_orphans, orphan_candidates
 from icegate_dagster.maintenance.results import Outcome
 from icegate_dagster.maintenance.sharing import (
     NO_SHARED_FILES,
@@ -55,12 +65,15 @@ class RemoveOrphanFiles(Operation):
     """Old unreferenced files deleted (listed only under a dry run)."""
 
     name = "remove_orphan_files"
-    description = "Delete old unreferenced files with remove_orphan_files (Spark)."
+    description = (
+        "Delete old unreferenced files: Iceberg's remove_orphan_files answer, worked out "
+        "from metadata on small tables, else its procedure (Spark)."
+    )
     settings_block = "remove_orphan_files"
     cli_command = "orphans"
     dry_run_help = "list the orphan files that would be deleted; delete nothing"
     deletes_files = True
-    dry_run_describes = False  # a dry run lists the files: Iceberg's own answer
+    dry_run_describes = False  # a dry run lists the files: Iceberg's answer
     metadata_sums = {"orphans_removed": "orphans"}
 
     def refuse(self, ctx: OpContext) -> None:
@@ -84,20 +97,28 @@ class RemoveOrphanFiles(Operation):
         return None
 
     def run(self, ctx: OpContext) -> Outcome:
-        # A dry run asks Iceberg itself for the list: the plan above is only a pre-check.
+        # Iceberg's answer, worked out from the metadata without Spark where that can be
+        # done exactly (see iceberg_orphans); else Iceberg's procedure is asked. The plan's
+        # pre-check above is only that: it may err either way.
         rule = ctx.settings.remove_orphan_files
         older_than = ctx.now - rule.retention_threshold
         dry = ctx.dry_run or rule.dry_run
         sharing = table_sharing(ctx.locations, ctx.ref.key, ctx.table)
-        args = {
-            "table": ctx.ref.procedure_argument(),
-            "older_than": timestamp_literal(older_than),
-            # Where other tables share the folder, Iceberg only lists: this op decides.
-            "dry_run": "true" if dry or sharing.shared else "false",
-        }
-        called = call_procedure(ctx.spark(), ctx.catalog_name, "remove_orphan_files", args)
-        listed = sorted(row["orphan_file_location"] for row in called.rows)
-        figures: dict[str, Any] = {"procedure_s": round(called.seconds, 3)}
+        decided = iceberg_orphans(ctx.table, older_than)
+        figures: dict[str, Any] = {}
+        if decided is not None:
+            listed, deleted_by_iceberg = decided, False
+        else:
+            args = {
+                "table": ctx.ref.procedure_argument(),
+                "older_than": timestamp_literal(older_than),
+                # Where other tables share the folder, Iceberg only lists: this op decides.
+                "dry_run": "true" if dry or sharing.shared else "false",
+            }
+            called = call_procedure(ctx.spark(), ctx.catalog_name, "remove_orphan_files", args)
+            listed = sorted(row["orphan_file_location"] for row in called.rows)
+            figures["procedure_s"] = round(called.seconds, 3)
+            deleted_by_iceberg = not (dry or sharing.shared)
         files = listed
         shared = NO_SHARED_FILES
         if sharing.shared:
@@ -109,10 +130,14 @@ class RemoveOrphanFiles(Operation):
                 files_kept_shared=len(kept),
                 kept_shared_sample=dict(list(kept.items())[:_SAMPLE]),
             )
-            if not dry and files:
-                deletion = delete_files(ctx, ctx.java_table().io(), files)
-                if deletion.failed:
-                    return self._partly(ctx, files, deletion.failed, deletion.lease_lost, figures)
+        if not dry and files and not deleted_by_iceberg:
+            deletion = (
+                delete_files_without_spark(ctx, files)
+                if decided is not None
+                else delete_files(ctx, ctx.java_table().io(), files)
+            )
+            if deletion.failed:
+                return self._partly(ctx, files, deletion.failed, deletion.lease_lost, figures)
         verb = "would remove" if dry else "removed"
         return Outcome.done(
             f"{verb} {len(files)} orphan files older than "
