@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import (
     CatalogUnavailableError,
@@ -451,3 +451,29 @@ def load_table(
     except Exception as exc:  # corrupt or unreachable metadata: name the table
         detail = describe_error(exc, scrub)
         raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None
+
+
+def metadata_reach(
+    table: Table, *, live_only: bool, max_manifests: int | None = None
+) -> set[str] | None:
+    """Every file ``table``'s metadata reaches, spelled as written there: its current and
+    logged metadata files, its statistics files, every snapshot's manifest list (so every
+    branch and tag), the manifests they list and the data and delete files those list
+    (only their live entries, added or existing, when ``live_only``; ``DELETED`` ones too
+    otherwise). None when there are more than ``max_manifests`` manifests."""
+    metadata = table.metadata
+    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    paths.update(s.statistics_path for s in metadata.statistics)
+    paths.update(s.statistics_path for s in metadata.partition_statistics)
+    manifests: dict[str, Any] = {}
+    for snapshot in metadata.snapshots:
+        paths.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            manifests.setdefault(manifest.manifest_path, manifest)
+            if max_manifests is not None and len(manifests) > max_manifests:
+                return None
+    for path, manifest in manifests.items():
+        paths.add(path)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
+            paths.add(entry.data_file.file_path)
+    return {p for p in paths if p}

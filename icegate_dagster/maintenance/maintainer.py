@@ -50,6 +50,7 @@ from icegate_dagster.maintenance.trigger.records import (
     PassRecord,
 )
 from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
+from icegate_dagster.maintenance.wal.files import wal_stats
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -76,8 +77,8 @@ def _start_spark(config: IcegateConfig, *, small_work: bool = False) -> SparkSes
 #: A pass over at most this many tables sums their bytes to rewrite before its JVM starts
 #: (:meth:`Maintainer.rewrites_are_small`); a longer one amortizes the JIT's start anyway.
 SMALL_PASS_TABLES = 50
-#: Operations whose bytes the table's stats cannot bound (WAL files, TTL deletes).
-_UNBOUNDED_OPERATIONS = ("wal_compaction", "retention")
+#: Operations whose bytes to rewrite nothing here bounds (TTL deletes rewrite any file).
+_UNBOUNDED_OPERATIONS = ("retention",)
 
 
 class Maintainer:
@@ -416,11 +417,11 @@ class Maintainer:
     ) -> bool:
         """Whether a pass over ``refs`` rewrites at most ``QUICK_JIT_MAX_BYTES`` of data
         files, bounded from their stats (every byte of a table with files to compact or
-        deletes to apply, where the pass compacts; the stats are cached for the pass): a
-        Spark session it starts uses the quicker JIT (``spark_session.local_jit_options``).
-        False beyond
-        :data:`SMALL_PASS_TABLES` tables, with WAL ingest or TTL deletes to do, or when a
-        table cannot be read (the pass reports it)."""
+        deletes to apply, where the pass compacts; the stats are cached for the pass) and
+        their waiting WAL files: a Spark session it starts uses the quicker JIT
+        (``spark_session.local_jit_options``). False beyond :data:`SMALL_PASS_TABLES`
+        tables, with TTL deletes to do, or when a table or its WAL folder cannot be read
+        (the pass reports it)."""
         from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 
         if len(refs) > SMALL_PASS_TABLES:
@@ -430,14 +431,15 @@ class Maintainer:
             names = operations if operations is not None else self.operations_for(ref)
             if any(name in _UNBOUNDED_OPERATIONS for name in names):
                 return False
-            if "optimize" not in names:  # the one operation that rewrites data files
-                continue
             try:
-                stats = self.stats(ref)
+                if "wal_compaction" in names:  # its waiting files are written into the table
+                    total += wal_stats(self.config.wal_root, ref).bytes
+                if "optimize" in names:  # the one operation that rewrites data files
+                    stats = self.stats(ref)
+                    if stats.compactable_files or stats.delete_rewrite_files:
+                        total += stats.data_bytes
             except Exception:
                 return False
-            if stats.compactable_files or stats.delete_rewrite_files:
-                total += stats.data_bytes
         return total <= QUICK_JIT_MAX_BYTES
 
     def run_each(

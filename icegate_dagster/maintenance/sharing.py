@@ -25,7 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import OperationError, describe_error
-from icegate_dagster.maintenance.discovery import normalize_location, overlapping_tables
+from icegate_dagster.maintenance.discovery import (
+    metadata_reach,
+    normalize_location,
+    overlapping_tables,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,20 +145,9 @@ def table_references(table: Table) -> frozenset[str]:
     they list live (added or existing). A file only a ``DELETED`` entry names is read by no
     snapshot: where a kept snapshot still reads it, that snapshot's manifests list it live,
     the rule expiry's own diff follows."""
-    metadata = table.metadata
-    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
-    paths.update(s.statistics_path for s in metadata.statistics)
-    paths.update(s.statistics_path for s in metadata.partition_statistics)
-    manifests: dict[str, Any] = {}
-    for snapshot in metadata.snapshots:
-        paths.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            manifests.setdefault(manifest.manifest_path, manifest)
-    for path, manifest in manifests.items():
-        paths.add(path)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            paths.add(entry.data_file.file_path)
-    return frozenset(normalize_location(p) for p in paths if p)
+    reach = metadata_reach(table, live_only=True)
+    assert reach is not None  # no manifest limit
+    return frozenset(normalize_location(p) for p in reach)
 
 
 class _ReferenceCache:

@@ -15,9 +15,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from icegate_dagster.maintenance.discovery import metadata_reach
+
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
-    from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table
 
 #: Above this many manifests the metadata walk costs more than it saves: ask Spark.
@@ -33,23 +34,10 @@ def fs_path(uri: str) -> str:
 
 
 def referenced_files(table: Table, max_manifests: int = MAX_MANIFESTS) -> set[str] | None:
-    """Every file the table's metadata reaches, as pyarrow paths; None when too costly."""
-    metadata = table.metadata
-    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
-    paths.update(s.statistics_path for s in metadata.statistics)
-    paths.update(s.statistics_path for s in metadata.partition_statistics)
-    manifests: dict[str, ManifestFile] = {}
-    for snapshot in metadata.snapshots:
-        paths.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            manifests.setdefault(manifest.manifest_path, manifest)
-            if len(manifests) > max_manifests:
-                return None
-    for path, manifest in manifests.items():
-        paths.add(path)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-            paths.add(entry.data_file.file_path)
-    return {fs_path(p) for p in paths if p}
+    """Every file the table's metadata reaches (``DELETED`` entries' files too), as pyarrow
+    paths; None when too costly."""
+    reach = metadata_reach(table, live_only=False, max_manifests=max_manifests)
+    return None if reach is None else {fs_path(p) for p in reach}
 
 
 def table_filesystem(table: Table) -> tuple[FileSystem, str]:
@@ -148,26 +136,12 @@ def live_references(table: Table, max_manifests: int | None = None) -> set[str] 
     there are more than ``max_manifests`` (:data:`MAX_MANIFESTS`) manifests: Spark reads
     those faster."""
     limit = MAX_MANIFESTS if max_manifests is None else max_manifests
-    metadata = table.metadata
-    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    reach = metadata_reach(table, live_only=True, max_manifests=limit)
+    if reach is None:
+        return None
     location = table.location().rstrip("/")
-    paths.add(
-        f"{table.properties.get('write.metadata.path', location + '/metadata')}/version-hint.text"
-    )
-    paths.update(s.statistics_path for s in metadata.statistics)
-    paths.update(s.statistics_path for s in metadata.partition_statistics)
-    manifests: dict[str, ManifestFile] = {}
-    for snapshot in metadata.snapshots:
-        paths.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            manifests.setdefault(manifest.manifest_path, manifest)
-            if len(manifests) > limit:
-                return None
-    for path, manifest in manifests.items():
-        paths.add(path)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            paths.add(entry.data_file.file_path)
-    return {p for p in paths if p}
+    metadata_folder = table.properties.get("write.metadata.path", f"{location}/metadata")
+    return reach | {f"{metadata_folder}/version-hint.text"}
 
 
 def _list_old(
