@@ -37,7 +37,8 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 #: ``details`` exactly as the operations write them (see each operation's ``run``).
 DETAILS = {
     "optimize": "rewrote 12 data files (1234 bytes) into 1; set "
-    "write.parquet.compression-codec=zstd first (the table set no codec)",
+    "write.parquet.compression-codec=zstd, write.parquet.compression-level=1 first (the table "
+    "set no codec)",
     "optimize_deletes": "rewrote 3 data files (100 bytes) into 1, applying their deletes "
     "(2 delete files before)",
     "rewrite_position_delete_files": "rewrote 4 position delete files (400 bytes) into 1 "

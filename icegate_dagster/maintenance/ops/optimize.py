@@ -58,6 +58,12 @@ def rewrite_options(
 
 #: The table property Iceberg's Parquet writer reads its codec from.
 CODEC_PROPERTY = "write.parquet.compression-codec"
+#: ... and its level.
+LEVEL_PROPERTY = "write.parquet.compression-level"
+#: The zstd level set beside the codec on a table that sets neither: what pyiceberg and
+#: Arrow write. Measured on 0.4 GB in 200 files (cold ``optimize``, 2 each): 37.3-38.3 s
+#: against 46.0-49.3 s at parquet-java's default level 3 (docs/performance.md).
+ZSTD_LEVEL = "1"
 
 
 def codec_to_set(settings: OptimizeSettings, table: Table) -> str | None:
@@ -68,8 +74,24 @@ def codec_to_set(settings: OptimizeSettings, table: Table) -> str | None:
     return settings.compression_codec
 
 
-def _set_codec(java_table: Any, codec: str) -> None:
-    java_table.updateProperties().set(CODEC_PROPERTY, codec).commit()
+def compression_to_set(settings: OptimizeSettings, table: Table) -> dict[str, str]:
+    """The properties to set on ``table`` before rewriting it: :func:`codec_to_set`'s codec,
+    with :data:`ZSTD_LEVEL` when that is zstd and the table sets no level of its own; none
+    on a table that sets its codec (its own choice, level included, stays)."""
+    codec = codec_to_set(settings, table)
+    if codec is None:
+        return {}
+    wanted = {CODEC_PROPERTY: codec}
+    if codec == "zstd" and LEVEL_PROPERTY not in table.properties:
+        wanted[LEVEL_PROPERTY] = ZSTD_LEVEL
+    return wanted
+
+
+def _set_properties(java_table: Any, properties: dict[str, str]) -> None:
+    update = java_table.updateProperties()
+    for key, value in properties.items():
+        update = update.set(key, value)
+    update.commit()
 
 
 class Optimize(Operation):
@@ -119,11 +141,11 @@ class Optimize(Operation):
                 )
         options = rewrite_options(rule, ctx.table, delete_files=ctx.before.delete_files)
         args["options"] = options_map(options)
-        codec = codec_to_set(rule, ctx.table)
-        if codec is not None:
+        compression = compression_to_set(rule, ctx.table)
+        if compression:
             # Through Spark's own view of the table: where Spark cannot start or cannot
             # open the table, this fails before anything is committed.
-            committing(lambda: _set_codec(ctx.java_table(), codec))
+            committing(lambda: _set_properties(ctx.java_table(), compression))
         row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
         details = (
             f"rewrote {row['rewritten_data_files_count']} data files "
@@ -133,7 +155,10 @@ class Optimize(Operation):
             # Not Iceberg's removed_delete_files_count: file-scoped deletes of rewritten
             # files are dropped at commit without being counted there (12 -> 6 reported 0).
             details += f", applying their deletes ({ctx.before.delete_files} delete files before)"
-        if codec is not None:
-            details += f"; set {CODEC_PROPERTY}={codec} first (the table set no codec)"
-            row["compression_codec_set"] = codec
+        if compression:
+            settings = ", ".join(f"{key}={value}" for key, value in compression.items())
+            details += f"; set {settings} first (the table set no codec)"
+            row["compression_codec_set"] = compression[CODEC_PROPERTY]
+            if LEVEL_PROPERTY in compression:
+                row["compression_level_set"] = int(compression[LEVEL_PROPERTY])
         return Outcome("completed", details, row)
