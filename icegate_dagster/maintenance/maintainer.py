@@ -413,18 +413,23 @@ class Maintainer:
         return [done[index] for index in range(len(refs))]
 
     def rewrites_are_small(
-        self, refs: Sequence[TableRef], operations: Sequence[str] | None = None
+        self,
+        refs: Sequence[TableRef],
+        operations: Sequence[str] | None = None,
+        *,
+        max_bytes: int | None = None,
+        max_tables: int = SMALL_PASS_TABLES,
     ) -> bool:
-        """Whether a pass over ``refs`` rewrites at most ``QUICK_JIT_MAX_BYTES`` of data
-        files, bounded from their stats (every byte of a table with files to compact or
-        deletes to apply, where the pass compacts; the stats are cached for the pass) and
-        their waiting WAL files: a Spark session it starts uses the quicker JIT
-        (``spark_session.local_jit_options``). False beyond :data:`SMALL_PASS_TABLES`
-        tables, with TTL deletes to do, or when a table or its WAL folder cannot be read
-        (the pass reports it)."""
+        """Whether a pass over ``refs`` rewrites at most ``max_bytes`` (default
+        ``spark_session.QUICK_JIT_MAX_BYTES``) of data files, bounded from their stats
+        (every byte of a table with files to compact or deletes to apply, where the pass
+        compacts; the stats are cached for the pass) and their waiting WAL files: a Spark
+        session it starts uses the quicker JIT (``spark_session.local_jit_options``). False
+        beyond ``max_tables`` tables, with TTL deletes to do, or when a table or its WAL
+        folder cannot be read (the pass reports it)."""
         from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 
-        if len(refs) > SMALL_PASS_TABLES:
+        if len(refs) > max_tables:
             return False
         total = 0
         for ref in refs:
@@ -440,7 +445,7 @@ class Maintainer:
                         total += stats.data_bytes
             except Exception:
                 return False
-        return total <= QUICK_JIT_MAX_BYTES
+        return total <= (QUICK_JIT_MAX_BYTES if max_bytes is None else max_bytes)
 
     def run_each(
         self, names: Sequence[str] | None, operation: Operation, *, write_log: bool = True

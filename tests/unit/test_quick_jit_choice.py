@@ -1,18 +1,15 @@
 """Whether a pass's rewrites are small enough for the quick JIT, from its tables' stats
-(pyiceberg tables, no JVM: the choice is made before Spark starts)."""
+and WAL folders (pyiceberg tables, no JVM: the choice is made before Spark starts)."""
 
 from __future__ import annotations
 
-import pytest
-
-from icegate_dagster import spark_session
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance import maintainer as maintainer_module
+from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 from tests.lakehouse import LakehouseFactory, batch
 
 
 def test_a_pass_over_small_tables_is_small_and_a_big_or_unbounded_one_is_not(
-    lakehouse_factory: LakehouseFactory, monkeypatch: pytest.MonkeyPatch
+    lakehouse_factory: LakehouseFactory,
 ) -> None:
     lh = lakehouse_factory(wal=True)
     refs = [TableRef.parse(f"lakehouse.t{i}") for i in range(3)]
@@ -21,27 +18,23 @@ def test_a_pass_over_small_tables_is_small_and_a_big_or_unbounded_one_is_not(
     maintainer = Maintainer(lh.config)
     assert maintainer.rewrites_are_small(refs)
     total = sum(maintainer.stats(ref).data_bytes for ref in refs)
+    assert 0 < total <= QUICK_JIT_MAX_BYTES
 
     # The bound is every byte of the tables with files to compact.
-    monkeypatch.setattr(spark_session, "QUICK_JIT_MAX_BYTES", total - 1)
-    assert not maintainer.rewrites_are_small(refs)
-    monkeypatch.setattr(spark_session, "QUICK_JIT_MAX_BYTES", total)
-    assert maintainer.rewrites_are_small(refs)
-    # Beyond the tables a pass sums, and where WAL ingest's bytes are unknown: not small.
-    monkeypatch.setattr(maintainer_module, "SMALL_PASS_TABLES", 2)
-    assert not maintainer.rewrites_are_small(refs)
-    monkeypatch.setattr(maintainer_module, "SMALL_PASS_TABLES", 3)
+    assert not maintainer.rewrites_are_small(refs, max_bytes=total - 1)
+    assert maintainer.rewrites_are_small(refs, max_bytes=total)
+    # Beyond the tables a pass sums: not small.
+    assert not maintainer.rewrites_are_small(refs, max_bytes=total, max_tables=2)
     # Waiting WAL files count: they are written into the table.
-    assert maintainer.rewrites_are_small(refs, ["wal_compaction", "optimize"])
+    both = ["wal_compaction", "optimize"]
+    assert maintainer.rewrites_are_small(refs, both, max_bytes=total)
     lh.write_wal(refs[0].key, batch(90_000, ("api",)), "00001.parquet")
-    assert not maintainer.rewrites_are_small(refs, ["wal_compaction", "optimize"])
-    assert maintainer.rewrites_are_small(refs, ["optimize"])
-    monkeypatch.undo()
+    assert not maintainer.rewrites_are_small(refs, both, max_bytes=total)
+    assert maintainer.rewrites_are_small(refs, ["optimize"], max_bytes=total)
     # TTL deletes may rewrite any file: not bounded, not small.
     assert not maintainer.rewrites_are_small(refs, ["retention"])
     # A table that cannot be read: the pass reports it, the JIT stays the JVM's own.
     assert not maintainer.rewrites_are_small([*refs, TableRef.parse("lakehouse.missing")])
     # A pass that compacts nothing rewrites no data file, whatever the tables hold.
-    monkeypatch.setattr(spark_session, "QUICK_JIT_MAX_BYTES", 0)
-    assert maintainer.rewrites_are_small(refs, ["expire_snapshots", "rewrite_manifests"])
-    assert not maintainer.rewrites_are_small(refs, ["optimize"])
+    assert maintainer.rewrites_are_small(refs, ["expire_snapshots"], max_bytes=0)
+    assert not maintainer.rewrites_are_small(refs, ["optimize"], max_bytes=0)
