@@ -101,8 +101,10 @@ class Maintainer:
         #: Test-only: called at each commit point and WAL checkpoint.
         self.fault_hook = fault_hook
         self._catalog = catalog
-        #: Set by :meth:`maintain` before Spark starts: this pass's rewrites are small.
+        #: Set by :meth:`maintain` before Spark starts: this pass's rewrites are small
+        #: (read only where this maintainer starts Spark itself: not with ``spark`` given).
         self.small_work = False
+        self._starts_spark = spark is None
         self._spark_provider = spark or (lambda: _start_spark(config, small_work=self.small_work))
         self._spark: SparkSession | None = None
         self.run_id = run_id or new_run_id()
@@ -386,7 +388,7 @@ class Maintainer:
         order of ``refs``; ``on_table`` is called as each table finishes."""
         refs = list(refs)
         done: dict[int, TableResult] = {}
-        if not dry_run and self._spark is None:
+        if not dry_run and self._starts_spark and self._spark is None:
             self.small_work = self.rewrites_are_small(refs, operations)
 
         def maintain_one(item: tuple[int, TableRef]) -> TableResult:
