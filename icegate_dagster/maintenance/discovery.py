@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import (
@@ -453,14 +454,22 @@ def load_table(
         raise OperationError(f"table {ref.key!r}: cannot read its metadata: {detail}") from None
 
 
-def metadata_reach(
-    table: Table, *, live_only: bool, max_manifests: int | None = None
-) -> set[str] | None:
-    """Every file ``table``'s metadata reaches, spelled as written there: its current and
-    logged metadata files, its statistics files, every snapshot's manifest list (so every
-    branch and tag), the manifests they list and the data and delete files those list
-    (only their live entries, added or existing, when ``live_only``; ``DELETED`` ones too
-    otherwise). None when there are more than ``max_manifests`` manifests."""
+@dataclass(frozen=True)
+class MetadataReach:
+    """What one metadata file reaches (see :func:`metadata_reach`); ``everything`` and
+    ``live`` are None when the walk stopped at its manifest limit."""
+
+    #: Distinct manifests of all snapshots (at least the limit + 1 when it stopped there).
+    manifests: int
+    everything: frozenset[str] | None = None
+    live: frozenset[str] | None = None
+
+
+def _walk_reach(table: Table, max_manifests: int | None) -> MetadataReach:
+    """One walk of ``table``'s metadata for :func:`metadata_reach`: both answers at once
+    (a ``DELETED`` entry's file is in ``everything`` only)."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
     metadata = table.metadata
     paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
     paths.update(s.statistics_path for s in metadata.statistics)
@@ -471,9 +480,77 @@ def metadata_reach(
         for manifest in snapshot.manifests(table.io):
             manifests.setdefault(manifest.manifest_path, manifest)
             if max_manifests is not None and len(manifests) > max_manifests:
-                return None
-    for path, manifest in manifests.items():
-        paths.add(path)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
-            paths.add(entry.data_file.file_path)
-    return {p for p in paths if p}
+                return MetadataReach(len(manifests))
+    paths.update(manifests)
+    live, deleted = set(paths), set[str]()
+    for manifest in manifests.values():
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.status == ManifestEntryStatus.DELETED:
+                deleted.add(entry.data_file.file_path)
+            else:
+                live.add(entry.data_file.file_path)
+    live = {p for p in live if p}
+    everything = live | {p for p in deleted if p}
+    return MetadataReach(len(manifests), frozenset(everything), frozenset(live))
+
+
+class _ReachCache:
+    """:func:`metadata_reach` walks per metadata file (immutable, so never stale): an
+    operation plans outside its table's lease, again under it, then runs, all on one
+    table version. Keeps the latest walks up to ``max_paths`` paths in all."""
+
+    def __init__(self, max_paths: int = 200_000) -> None:
+        self._max_paths = max_paths
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, MetadataReach] = OrderedDict()
+
+    @staticmethod
+    def _size(reach: MetadataReach) -> int:
+        return 1 + (len(reach.everything) if reach.everything is not None else 0)
+
+    def get(self, table: Table, max_manifests: int | None) -> MetadataReach:
+        """The walk of ``table``'s current metadata file, read once."""
+        key = table.metadata_location
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None:
+                self._entries.move_to_end(key)
+        if cached is not None:
+            complete = cached.everything is not None
+            if complete or (max_manifests is not None and cached.manifests > max_manifests):
+                return cached
+        reach = _walk_reach(table, max_manifests)
+        size = self._size(reach)
+        if size <= self._max_paths:
+            with self._lock:
+                self._entries[key] = reach
+                self._entries.move_to_end(key)
+                while sum(self._size(r) for r in self._entries.values()) > self._max_paths:
+                    self._entries.popitem(last=False)
+        return reach
+
+    def clear(self) -> None:
+        """Forget every walk."""
+        with self._lock:
+            self._entries.clear()
+
+
+#: The process-wide cache of :func:`metadata_reach` walks.
+REACH_CACHE = _ReachCache()
+
+
+def metadata_reach(
+    table: Table, *, live_only: bool, max_manifests: int | None = None
+) -> set[str] | None:
+    """Every file ``table``'s metadata reaches, spelled as written there: its current and
+    logged metadata files, its statistics files, every snapshot's manifest list (so every
+    branch and tag), the manifests they list and the data and delete files those list
+    (only their live entries, added or existing, when ``live_only``; ``DELETED`` ones too
+    otherwise). None when there are more than ``max_manifests`` manifests. Read once per
+    metadata file (:data:`REACH_CACHE`)."""
+    reach = REACH_CACHE.get(table, max_manifests)
+    if max_manifests is not None and reach.manifests > max_manifests:
+        return None
+    found = reach.live if live_only else reach.everything
+    assert found is not None  # complete: within the limit
+    return set(found)

@@ -8,10 +8,12 @@ use pyiceberg; the work itself runs on Spark, which starts only when an operatio
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -50,7 +52,7 @@ from icegate_dagster.maintenance.trigger.records import (
     PassRecord,
 )
 from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
-from icegate_dagster.maintenance.wal.files import wal_stats
+from icegate_dagster.maintenance.wal.files import compaction_due, wal_stats
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -81,6 +83,17 @@ SMALL_PASS_TABLES = 50
 _UNBOUNDED_OPERATIONS = ("retention",)
 
 
+@dataclass(frozen=True)
+class PassOutlook:
+    """What a pass will ask of Spark, read from metadata before its JVM starts
+    (:meth:`Maintainer.outlook`)."""
+
+    #: The most its rewrites can write (data files and WAL files), or None: not bounded.
+    rewrite_bytes: int | None
+    #: Some table certainly has Spark work: files to compact, a WAL due.
+    needs_spark: bool
+
+
 class Maintainer:
     """Maintains tables of one catalog under one configuration.
 
@@ -107,6 +120,7 @@ class Maintainer:
         self._starts_spark = spark is None
         self._spark_provider = spark or (lambda: _start_spark(config, small_work=self.small_work))
         self._spark: SparkSession | None = None
+        self._spark_lock = threading.Lock()
         self.run_id = run_id or new_run_id()
         self._stats = StatsCache()
         #: Live rows counted by Spark, per (table, snapshot id): see :meth:`count_live_rows`.
@@ -135,10 +149,17 @@ class Maintainer:
 
     @property
     def spark(self) -> SparkSession:
-        """The Spark session, started on first use."""
-        if self._spark is None:
-            self._spark = self._spark_provider()
+        """The Spark session, started on first use (once: a caller waits for a start
+        under way)."""
+        with self._spark_lock:
+            if self._spark is None:
+                self._spark = self._spark_provider()
         return self._spark
+
+    @property
+    def spark_started(self) -> bool:
+        """Whether this maintainer has asked for its Spark session (started a JVM)."""
+        return self._spark is not None
 
     @property
     def log_table(self) -> TableRef:
@@ -389,7 +410,13 @@ class Maintainer:
         refs = list(refs)
         done: dict[int, TableResult] = {}
         if not dry_run and self._starts_spark and self._spark is None:
-            self.small_work = self.rewrites_are_small(refs, operations)
+            from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
+
+            outlook = self.outlook(refs, operations)
+            bound = outlook.rewrite_bytes
+            self.small_work = bound is not None and bound <= QUICK_JIT_MAX_BYTES
+            if outlook.needs_spark:  # the JVM starts beside the planning, not after it
+                self.start_spark_in_background()
 
         def maintain_one(item: tuple[int, TableRef]) -> TableResult:
             return self.maintain_table(item[1], operations, dry_run=dry_run, write_log=False)
@@ -414,6 +441,49 @@ class Maintainer:
             self.log_upkeep = self.maintain_log_table()
         return [done[index] for index in range(len(refs))]
 
+    def outlook(
+        self,
+        refs: Sequence[TableRef],
+        operations: Sequence[str] | None = None,
+        *,
+        max_tables: int = SMALL_PASS_TABLES,
+    ) -> PassOutlook:
+        """What a pass over ``refs`` will ask of Spark, from metadata, before its JVM starts
+        (the stats are cached for the pass): the bytes its rewrites can write at most (every
+        byte of a table with files to compact or deletes to apply, where the pass compacts,
+        and its waiting WAL files), and whether some table certainly has Spark work (files
+        to compact, a WAL due). Not looked at beyond ``max_tables`` tables; bytes not
+        bounded with TTL deletes to do or a table or WAL folder that cannot be read (the
+        pass reports it)."""
+        if len(refs) > max_tables:
+            return PassOutlook(None, needs_spark=False)
+        total: int | None = 0
+        needs_spark = False
+        for ref in refs:
+            names = operations if operations is not None else self.operations_for(ref)
+            if any(name in _UNBOUNDED_OPERATIONS for name in names):
+                total = None
+            try:
+                table = self.load(ref)
+                stats = self.stats(ref, table)
+                ctx = self._context(ref, table, stats, dry_run=False, force=False)
+                if "wal_compaction" in names and self.config.wal_root is not None:
+                    # Its waiting files are written into the table.
+                    wal = wal_stats(self.config.wal_root, ref)
+                    total = None if total is None else total + wal.bytes
+                    needs_spark = needs_spark or (
+                        compaction_due(wal.files, wal.bytes, ctx.settings.compaction)
+                        and skip_reason(OPERATIONS.get("wal_compaction"), ctx) is None
+                    )
+                if "optimize" in names:  # the one operation that rewrites data files
+                    if stats.compactable_files or stats.delete_rewrite_files:
+                        total = None if total is None else total + stats.data_bytes
+                    optimize = OPERATIONS.get("optimize")
+                    needs_spark = needs_spark or skip_reason(optimize, ctx) is None
+            except Exception:
+                total = None
+        return PassOutlook(total, needs_spark)
+
     def rewrites_are_small(
         self,
         refs: Sequence[TableRef],
@@ -423,31 +493,25 @@ class Maintainer:
         max_tables: int = SMALL_PASS_TABLES,
     ) -> bool:
         """Whether a pass over ``refs`` rewrites at most ``max_bytes`` (default
-        ``spark_session.QUICK_JIT_MAX_BYTES``) of data files, bounded from their stats
-        (every byte of a table with files to compact or deletes to apply, where the pass
-        compacts; the stats are cached for the pass) and their waiting WAL files: a Spark
-        session it starts uses the quicker JIT (``spark_session.local_jit_options``). False
-        beyond ``max_tables`` tables, with TTL deletes to do, or when a table or its WAL
-        folder cannot be read (the pass reports it)."""
+        ``spark_session.QUICK_JIT_MAX_BYTES``) of data files, as :meth:`outlook` bounds
+        them: a Spark session it starts uses the quicker JIT
+        (``spark_session.local_jit_options``)."""
         from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 
-        if len(refs) > max_tables:
-            return False
-        total = 0
-        for ref in refs:
-            names = operations if operations is not None else self.operations_for(ref)
-            if any(name in _UNBOUNDED_OPERATIONS for name in names):
-                return False
-            try:
-                if "wal_compaction" in names:  # its waiting files are written into the table
-                    total += wal_stats(self.config.wal_root, ref).bytes
-                if "optimize" in names:  # the one operation that rewrites data files
-                    stats = self.stats(ref)
-                    if stats.compactable_files or stats.delete_rewrite_files:
-                        total += stats.data_bytes
-            except Exception:
-                return False
-        return total <= (QUICK_JIT_MAX_BYTES if max_bytes is None else max_bytes)
+        limit = QUICK_JIT_MAX_BYTES if max_bytes is None else max_bytes
+        bound = self.outlook(refs, operations, max_tables=max_tables).rewrite_bytes
+        return bound is not None and bound <= limit
+
+    def start_spark_in_background(self) -> None:
+        """Start the Spark session in a thread while the pass plans its tables from
+        metadata; the first operation that needs it waits for it. A start that fails is
+        left for that operation to report."""
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                _ = self.spark
+
+        threading.Thread(target=start, name="icegate-spark-start", daemon=True).start()
 
     def run_each(
         self, names: Sequence[str] | None, operation: Operation, *, write_log: bool = True
