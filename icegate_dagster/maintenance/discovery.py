@@ -494,7 +494,7 @@ def _walk_reach(table: Table, max_manifests: int | None) -> MetadataReach:
     return MetadataReach(len(manifests), frozenset(everything), frozenset(live))
 
 
-class _ReachCache:
+class ReachCache:
     """:func:`metadata_reach` walks per metadata file (immutable, so never stale): an
     operation plans outside its table's lease, again under it, then runs, all on one
     table version. Keeps the latest walks up to ``max_paths`` paths in all."""
@@ -503,6 +503,7 @@ class _ReachCache:
         self._max_paths = max_paths
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, MetadataReach] = OrderedDict()
+        self._paths = 0  # held by the entries, kept as they come and go
 
     @staticmethod
     def _size(reach: MetadataReach) -> int:
@@ -523,20 +524,24 @@ class _ReachCache:
         size = self._size(reach)
         if size <= self._max_paths:
             with self._lock:
+                replaced = self._entries.pop(key, None)
+                self._paths -= self._size(replaced) if replaced is not None else 0
                 self._entries[key] = reach
-                self._entries.move_to_end(key)
-                while sum(self._size(r) for r in self._entries.values()) > self._max_paths:
-                    self._entries.popitem(last=False)
+                self._paths += size
+                while self._paths > self._max_paths:
+                    _, dropped = self._entries.popitem(last=False)
+                    self._paths -= self._size(dropped)
         return reach
 
     def clear(self) -> None:
         """Forget every walk."""
         with self._lock:
             self._entries.clear()
+            self._paths = 0
 
 
 #: The process-wide cache of :func:`metadata_reach` walks.
-REACH_CACHE = _ReachCache()
+REACH_CACHE = ReachCache()
 
 
 def metadata_reach(

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from icegate_dagster.maintenance.discovery import REACH_CACHE, metadata_reach
+import pytest
+
+from icegate_dagster.maintenance.discovery import REACH_CACHE, ReachCache, metadata_reach
 from tests.unit.pyiceberg_tables import create_table, sqlite_catalog
 
 
@@ -77,3 +79,18 @@ def test_manifest_limit_is_kept_from_the_cache(tmp_path: Path) -> None:
     assert len(manifests) == 3 and manifests <= unlimited
     assert metadata_reach(table, live_only=True, max_manifests=2) is None
     assert metadata_reach(table, live_only=False, max_manifests=3) is not None
+
+
+def test_the_cache_keeps_the_latest_walks_within_its_paths(tmp_path: Path) -> None:
+    catalog = sqlite_catalog(tmp_path)
+    first, second = (create_table(catalog, name, appends=2) for name in ("a", "b"))
+    one_walk = len(metadata_reach(first, live_only=False) or ())
+    cache = ReachCache(max_paths=one_walk + 2)  # room for one walk, not two
+    cache.get(first, None)
+    cache.get(second, None)  # the older walk goes
+    manifest = first.current_snapshot().manifests(first.io)[0].manifest_path  # type: ignore[union-attr]
+    _local(manifest).unlink()
+    with pytest.raises(FileNotFoundError):  # read again, and the file is gone
+        cache.get(first, None)
+    kept = cache.get(second, None).everything  # still held: nothing read
+    assert kept is not None and second.metadata_location in kept
