@@ -93,6 +93,10 @@ class PassOutlook:
     #: Some table certainly has Spark work: files to compact, a WAL due.
     needs_spark: bool
 
+    def rewrites_at_most(self, limit: int) -> bool:
+        """Whether its rewrites are bounded, by ``limit`` bytes or less."""
+        return self.rewrite_bytes is not None and self.rewrite_bytes <= limit
+
 
 class Maintainer:
     """Maintains tables of one catalog under one configuration.
@@ -413,8 +417,7 @@ class Maintainer:
             from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 
             outlook = self.outlook(refs, operations)
-            bound = outlook.rewrite_bytes
-            self.small_work = bound is not None and bound <= QUICK_JIT_MAX_BYTES
+            self.small_work = outlook.rewrites_at_most(QUICK_JIT_MAX_BYTES)
             if outlook.needs_spark:  # the JVM starts beside the planning, not after it
                 self.start_spark_in_background()
 
@@ -499,8 +502,7 @@ class Maintainer:
         from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
 
         limit = QUICK_JIT_MAX_BYTES if max_bytes is None else max_bytes
-        bound = self.outlook(refs, operations, max_tables=max_tables).rewrite_bytes
-        return bound is not None and bound <= limit
+        return self.outlook(refs, operations, max_tables=max_tables).rewrites_at_most(limit)
 
     def start_spark_in_background(self) -> None:
         """Start the Spark session in a thread while the pass plans its tables from
