@@ -12,7 +12,7 @@ Why a job and not a run of the asset: a run of a partitioned asset covers one pa
 or one contiguous range of them, and the tables a sensor finds due are rarely contiguous.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field
@@ -63,15 +63,31 @@ def plan_batch(
     for index, entry in enumerate(config.tables):
         where = f"{BATCH_PLAN}.config.tables[{index}].operations"
         wanted.setdefault(entry.table, set()).update(chosen_operations(entry.operations, where))
-    if any(wanted.values()):
-        spark.start_in_background(lakehouse.config())
     maintainer = lakehouse.maintainer(context.run.run_id)
+    if any(wanted.values()):
+        spark.start_in_background(
+            lakehouse.config(), lambda: _rewrites_are_small(lakehouse, context.run.run_id, wanted)
+        )
     plan = [(key, chosen_operations(sorted(ops), BATCH_PLAN)) for key, ops in wanted.items()]
     batch = plan_tables(context, maintainer, plan)
     batch.record_when_done = True  # each table shows in the UI as soon as it is done
     for table in batch.tables:  # what the sensor found due (the trigger's memory judges it)
         table.requested = table.operations
     return batch
+
+
+def _rewrites_are_small(
+    lakehouse: LakehouseResource, run_id: str, wanted: Mapping[str, set[str]]
+) -> bool:
+    """Whether the batch's rewrites are small enough for the quicker JIT, bounded from its
+    tables' metadata as a CLI pass bounds them (``Maintainer.rewrites_are_small``, over
+    each table's full pass: a bound); False for a table that cannot be resolved."""
+    maintainer = lakehouse.maintainer(run_id)
+    try:
+        refs = [maintainer.resolve(key) for key, operations in wanted.items() if operations]
+    except Exception:  # the plan reports it
+        return False
+    return maintainer.rewrites_are_small(refs)
 
 
 @dg.op(description="Append log rows; record each table's partition of maintained_table.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -38,10 +39,12 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     spark_conf: dict[str, str] = {}
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+    #: Set by :meth:`start_in_background` before the session starts (see there).
+    _small_work: bool = PrivateAttr(default=False)
 
     def session(self, config: IcegateConfig) -> SparkSession:
         """The Spark session for ``config``'s catalog (no JVM starts before this call)."""
-        conf = {**build_spark_conf(config), **self.spark_conf}
+        conf = {**build_spark_conf(config, small_work=self._small_work), **self.spark_conf}
         # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
         split = split_secret_conf(conf, config_secrets(config))
         with _STARTING:  # one start at a time: a background start and a step's call
@@ -55,14 +58,21 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             session.conf.set(NANOS_AS_LONG, "true")  # see spark_session.NANOS_AS_LONG
         return session
 
-    def start_in_background(self, config: IcegateConfig) -> None:
+    def start_in_background(
+        self, config: IcegateConfig, small_work: Callable[[], bool] | None = None
+    ) -> None:
         """Start the JVM in a thread while the run plans from metadata, for a run that
         knows it has Spark work (a sensor's batch run: every table it lists is due); the
-        first step that needs the session waits for it. A start that fails is left for
-        that step to report."""
+        first step that needs the session waits for it. ``small_work``, asked in that
+        thread before the JVM starts, says whether the run's rewrites are small (a local
+        driver then uses the quicker JIT: ``spark_session.local_jit_options``). A start
+        that fails is left for that step to report."""
 
         def start() -> None:
             with contextlib.suppress(Exception):
+                with _STARTING:  # decided before any session of the run exists
+                    if self._lazy is None and small_work is not None:
+                        self._small_work = small_work()
                 self.session(config)
 
         threading.Thread(target=start, name="icegate-spark-start", daemon=True).start()
