@@ -27,6 +27,7 @@ from icegate_dagster.assets.maintained_table import (
 )
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG, log_table_report
 from icegate_dagster.automation.runs import BATCH_JOB, BATCH_PLAN, MAINTENANCE_TAGS
+from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
 
@@ -66,7 +67,7 @@ def plan_batch(
     maintainer = lakehouse.maintainer(context.run.run_id)
     if any(wanted.values()):
         spark.start_in_background(
-            lakehouse.config(), lambda: _rewrites_are_small(lakehouse, context.run.run_id, wanted)
+            lakehouse.config(), lambda: _rewrites_are_small(maintainer, wanted)
         )
     plan = [(key, chosen_operations(sorted(ops), BATCH_PLAN)) for key, ops in wanted.items()]
     batch = plan_tables(context, maintainer, plan)
@@ -76,16 +77,14 @@ def plan_batch(
     return batch
 
 
-def _rewrites_are_small(
-    lakehouse: LakehouseResource, run_id: str, wanted: Mapping[str, set[str]]
-) -> bool:
+def _rewrites_are_small(maintainer: Maintainer, wanted: Mapping[str, set[str]]) -> bool:
     """Whether the batch's rewrites are small enough for the quicker JIT, bounded from its
     tables' metadata as a CLI pass bounds them (``Maintainer.rewrites_are_small``, over
-    each table's full pass: a bound); False for a table that cannot be resolved."""
-    maintainer = lakehouse.maintainer(run_id)
+    each table's full pass: a bound; a table that cannot be read leaves it unbounded). The
+    plan's own maintainer: the stats it reads here serve the plan too."""
     try:
-        refs = [maintainer.resolve(key) for key, operations in wanted.items() if operations]
-    except Exception:  # the plan reports it
+        refs = [TableRef.parse(key) for key, operations in wanted.items() if operations]
+    except Exception:  # a name that is no table's: the plan reports it
         return False
     return maintainer.rewrites_are_small(refs)
 

@@ -44,10 +44,11 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def session(self, config: IcegateConfig) -> SparkSession:
         """The Spark session for ``config``'s catalog (no JVM starts before this call)."""
-        conf = {**build_spark_conf(config, small_work=self._small_work), **self.spark_conf}
-        # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
-        split = split_secret_conf(conf, config_secrets(config))
         with _STARTING:  # one start at a time: a background start and a step's call
+            # Read under the lock: a background start may be choosing the JIT right now.
+            conf = {**build_spark_conf(config, small_work=self._small_work), **self.spark_conf}
+            # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
+            split = split_secret_conf(conf, config_secrets(config))
             if self._lazy is None or self._lazy.spark_config != split.public:
                 self._lazy = LazyPySparkResource(spark_config=split.public)
             with private_launch_settings(split.launch):
@@ -69,10 +70,13 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         that fails is left for that step to report."""
 
         def start() -> None:
-            with contextlib.suppress(Exception):
-                with _STARTING:  # decided before any session of the run exists
-                    if self._lazy is None and small_work is not None:
+            with _STARTING:  # decided before any session of the run exists
+                if self._lazy is None and small_work is not None:
+                    try:
                         self._small_work = small_work()
+                    except Exception:  # unknown: the JVM's own JIT
+                        self._small_work = False
+            with contextlib.suppress(Exception):
                 self.session(config)
 
         threading.Thread(target=start, name="icegate-spark-start", daemon=True).start()
