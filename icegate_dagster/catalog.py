@@ -40,9 +40,6 @@ SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
-__all__ = ["is_secret_key"]  # read here by spark_session
-
-
 def redact_uri(uri: str) -> str:
     """The URI with its secrets masked: the password of ``user:password@`` and the value
     of every secret query parameter (``?password=``, ``&token=``, ``X-Amz-Signature=``)."""
@@ -80,12 +77,6 @@ def secret_values(settings: CatalogSettings) -> list[str]:
     return values + _url_password(settings.properties.get("uri", ""))
 
 
-def uri_secrets(uri: str) -> list[str]:
-    """The secrets of a storage URI: ``user:password@`` (an access key and its secret) and
-    the value of any secret query parameter (``?X-Amz-Signature=``, ``?token=``)."""
-    return storage_uri_secrets(uri)
-
-
 def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
     """Every secret the configuration holds, longest first: the catalog's, the values of
     secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
@@ -94,7 +85,7 @@ def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
     for key, value in config.spark.conf.items():
         values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
     if config.wal_root:
-        values += uri_secrets(config.wal_root)
+        values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
     if config.locks.uri:
         values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
     return ordered(values)

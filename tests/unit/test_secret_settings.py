@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from icegate_dagster.catalog import config_secrets, is_secret_key, redact_uri, scrub
+from icegate_dagster.catalog import config_secrets, redact_uri, scrub
 from icegate_dagster.config import config_from_dict
+from icegate_dagster.config.secrets import is_secret_key
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.spark_session import _properties_line, build_spark_conf, split_secret_conf
 
@@ -104,6 +105,11 @@ def test_secret_settings_stay_off_the_command_line(
     }
     with pytest.raises(SparkStartError, match="spark.driver.extraJavaOptions"):
         split_secret_conf({"spark.driver.extraJavaOptions": "-Dk=from-env-1"}, ["from-env-1"])
+    with pytest.raises(SparkStartError, match="spark.driver.extraJavaOptions"):
+        split_secret_conf({"spark.driver.extraJavaOptions": "-Dfs.s3a.secret.key=abc"}, [])
+    # A secret is found as a whole value, never inside a longer word of a path.
+    options = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=/x/icegate_d/l.xml"}
+    assert split_secret_conf(options, ["icegate"]).public == options
 
 
 def test_properties_lines_are_escaped() -> None:
