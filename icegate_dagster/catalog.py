@@ -8,7 +8,6 @@ derived from the SQLAlchemy URI.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,15 +16,22 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from icegate_dagster.config import CatalogSettings, IcegateConfig
+from icegate_dagster.config.secrets import (
+    MASK,
+    is_flag,
+    is_secret_key,
+    mask,
+    ordered,
+    redact,
+    secret_parts,
+    secret_value_parts,
+    storage_uri_secrets,
+)
 from icegate_dagster.errors import CatalogUnavailableError, ConfigError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-_SECRET_KEY = re.compile(
-    r"(password|passwd|secret|token|credential|access[-_.]?key|session[-_.]?key|private)",
-    re.IGNORECASE,
-)
 #: pyiceberg-only properties that mean nothing to Iceberg's Java catalogs.
 _PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables", "py-io-impl"}
 #: Locations Iceberg's Java side reads through an S3 file system.
@@ -34,92 +40,64 @@ SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
-def is_secret_key(key: str) -> bool:
-    """Whether a property name carries a secret (password, token, key...)."""
-    return bool(_SECRET_KEY.search(key))
-
-
 def redact_uri(uri: str) -> str:
-    """The URI with any password masked."""
+    """The URI with its secrets masked: the password of ``user:password@`` and the value
+    of every secret query parameter (``?password=``, ``&token=``, ``X-Amz-Signature=``)."""
+    return mask(redact(uri), _url_password(uri))
+
+
+def _url_password(uri: str) -> list[str]:
+    """The password SQLAlchemy reads from a URI (it may hold characters the plain pattern
+    of :func:`redact` stops at)."""
     try:
-        return make_url(uri).render_as_string(hide_password=True)
+        password = make_url(uri).password if "://" in uri else None
     except (ArgumentError, ValueError):
-        return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", uri)
+        return []
+    return [str(password)] if password else []
 
 
 def redact_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """Catalog properties safe to print: secret values become ``***``."""
-    out: dict[str, str] = {}
-    for key, value in props.items():
-        if is_secret_key(key):
-            out[key] = "***"
-        elif key == "uri":
-            out[key] = redact_uri(value)
-        else:
-            out[key] = value
-    return out
+    """Catalog properties safe to print: secret values become ``***``, the secret parts of
+    the others (a URI's password, ``?password=``) too."""
+    return {
+        key: MASK if is_secret_key(key) and not is_flag(value) else redact_uri(value)
+        for key, value in props.items()
+    }
 
 
 def secret_values(settings: CatalogSettings) -> list[str]:
-    """Every secret string the catalog settings hold (for scrubbing engine messages)."""
-    values = [v for k, v in settings.properties.items() if is_secret_key(k) and v]
-    uri = settings.properties.get("uri", "")
-    try:
-        password = make_url(uri).password if uri else None
-    except (ArgumentError, ValueError):
-        password = None
-    if password:
-        values.append(str(password))
-    return values
-
-
-#: ``scheme://user:password@`` in any URI-like text.
-_URI_USERINFO = re.compile(r"//([^:/@\s]*):([^@/\s]+)@")
-#: Flags of secret-looking keys (``token-refresh-enabled: true``) are not secrets.
-_NOT_SECRET = {"true", "false"}
-
-
-def uri_secrets(uri: str) -> list[str]:
-    """The secrets of a storage URI: ``user:password@`` (an access key and its secret) and
-    the value of any secret-looking query parameter (``?X-Amz-Signature=``, ``?token=``)."""
-    found: list[str] = []
-    for match in _URI_USERINFO.finditer(uri):
-        found += [match.group(1), match.group(2)]
-    _, _, query = uri.partition("?")
-    for pair in query.split("&"):
-        key, _, value = pair.partition("=")
-        if value and (is_secret_key(key) or "signature" in key.lower() or key.lower() == "sig"):
-            found.append(value)
-    return [value for value in found if value]
+    """Every secret the catalog settings hold (for scrubbing engine messages): values of
+    secret keys, and the secret parts of the others (``uri``'s password, ``?password=``)."""
+    values: list[str] = []
+    for key, value in settings.properties.items():
+        if is_secret_key(key):
+            values += secret_value_parts(value)
+        else:
+            values += secret_parts(value)
+    return values + _url_password(settings.properties.get("uri", ""))
 
 
 def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
-    """Every secret the configuration holds: the catalog's, secret-looking ``spark.conf``
-    keys and passwords in its URIs, ``wal.root``'s and every value from ``${VAR}``."""
+    """Every secret the configuration holds, longest first: the catalog's, the values of
+    secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
+    ``?password=``), ``wal.root``'s keys and each ``${VAR}`` value put under a secret key."""
     values = [*secret_values(config.catalog), *config.secrets]
     for key, value in config.spark.conf.items():
-        if is_secret_key(key):
-            values.append(value)
-        values += [m.group(2) for m in _URI_USERINFO.finditer(value)]
+        values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
     if config.wal_root:
-        values += uri_secrets(config.wal_root)
+        values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
     if config.locks.uri:
-        values += [m.group(2) for m in _URI_USERINFO.finditer(config.locks.uri)]
-    kept = {v for v in values if v.strip() and v.strip().lower() not in _NOT_SECRET}
-    return tuple(sorted(kept, key=len, reverse=True))  # a secret inside another: longer first
+        values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
+    return ordered(values)
 
 
 def scrub(text: str, source: IcegateConfig | CatalogSettings) -> str:
-    """Remove every secret of the configuration (or of a catalog alone) from ``text``:
-    errors from drivers, Spark and Iceberg may echo them."""
+    """Mask every secret of the configuration (or of a catalog alone) in ``text``, whole
+    values only: errors from drivers, Spark and Iceberg may echo them."""
     secrets = (
-        config_secrets(source)
-        if isinstance(source, IcegateConfig)
-        else sorted(secret_values(source), key=len, reverse=True)
+        config_secrets(source) if isinstance(source, IcegateConfig) else secret_values(source)
     )
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
+    return mask(redact(text), secrets)
 
 
 def catalog_kind(settings: CatalogSettings) -> str:

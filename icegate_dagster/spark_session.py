@@ -29,12 +29,12 @@ from icegate_dagster.catalog import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
     config_secrets,
-    is_secret_key,
     jdbc_driver_jars,
     s3_usage,
     spark_catalog_conf,
 )
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import holds_secret, is_secret_key, secret_parts
 from icegate_dagster.errors import SparkStartError
 
 if TYPE_CHECKING:
@@ -294,21 +294,29 @@ class SplitConf:
     launch: dict[str, str]
 
 
+def is_secret_setting(key: str, value: str, secrets: Iterable[str]) -> bool:
+    """Whether a Spark setting must stay off the command line: its key names a secret
+    (``is_secret_key``), its value holds a secret part (a URI's password, ``?password=``,
+    ``-D...secret.key=``) or holds one of ``secrets`` as a whole (``catalog.config_secrets``)."""
+    return is_secret_key(key) or bool(secret_parts(value)) or holds_secret(value, secrets)
+
+
 def split_secret_conf(conf: Mapping[str, str], secrets: Iterable[str]) -> SplitConf:
-    """Sort ``conf``: a setting is secret when its key looks like one (``is_secret_key``)
-    or its value holds any of ``secrets`` (``catalog.config_secrets``)."""
-    secrets = [s for s in secrets if s]
+    """Sort ``conf`` by :func:`is_secret_setting` and by when Spark reads the setting."""
+    secrets = tuple(s for s in secrets if s)
     split = SplitConf({}, {}, {})
     for key, value in conf.items():
-        if not (is_secret_key(key) or any(s in value for s in secrets)):
+        if not is_secret_setting(key, value, secrets):
             split.public[key] = value
         elif key.startswith(_RUNTIME_PREFIXES):
             split.runtime[key] = value
         elif key in _JAVA_COMMAND_LINE:
             raise SparkStartError(
-                f"spark.conf {key} holds a secret (a value from ${{VAR}} or a secret-looking "
-                "key), but Spark copies it onto the JVM's command line, which every local "
-                "user can read: write this setting in icegate.yaml as it is"
+                f"spark.conf {key} holds a secret (a -D option with a secret-looking key, a "
+                "password in a URI or the value of a secret setting), but Spark copies it onto "
+                "the JVM's command line, which every local user can read: give it its own "
+                "setting instead (spark.hadoop.<key>, spark.sql.catalog.<name>.<key>), which is "
+                "set after the JVM starts"
             )
         else:
             split.launch[key] = value

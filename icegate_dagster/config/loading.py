@@ -1,9 +1,10 @@
 """From a file or a dict to an :class:`~icegate_dagster.config.models.IcegateConfig`.
 
-Finds the file, reads the YAML, replaces every ``${VAR}`` (collecting the values that
-are secrets), fills in the embedded default lakehouse when no catalog is named, and maps
-the file's layout onto the model tree (``maintain.tables`` and ``maintain.retention``
-merged onto the defaults) for the models to validate.
+Finds the file, reads the YAML, replaces every ``${VAR}`` (collecting the values put
+under a secret key: see :mod:`~icegate_dagster.config.secrets`), fills in the embedded
+default lakehouse when no catalog is named, and maps the file's layout onto the model
+tree (``maintain.tables`` and ``maintain.retention`` merged onto the defaults) for the
+models to validate.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from icegate_dagster.config.models import (
     _fail,
     namespace_key,
 )
+from icegate_dagster.config.secrets import is_secret_key
 from icegate_dagster.errors import ConfigError
 
 CONFIG_ENV_VAR = "ICEGATE_CONFIG"
@@ -38,8 +40,9 @@ _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
 #: The keys under ``maintain:`` that are IcegateConfig fields of their own.
 _MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger")
-#: Where a value from ``${VAR}`` counts as a secret (see ``IcegateConfig.secrets``).
-_SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
+#: The blocks whose keys are settings of their own: a ``${VAR}`` under a secret key there
+#: is a secret (see ``IcegateConfig.secrets``); where it appears decides nothing else.
+_SETTING_BLOCKS = ("catalog.", "spark.conf.")
 
 
 def _blocks() -> list[str]:
@@ -84,6 +87,16 @@ def _interpolate_env(value: Any, key: str, found: list[tuple[str, str]] | None =
     if isinstance(value, list):
         return [_interpolate_env(v, f"{key}[{i}]", found) for i, v in enumerate(value)]
     return value
+
+
+def _under_secret_key(path: str) -> bool:
+    """Whether ``path`` (``catalog.token``, ``spark.conf.spark.hadoop.fs.s3a.secret.key``)
+    is a setting whose key names a secret. Passwords inside URIs (``catalog.uri``,
+    ``wal.root``, ``maintain.locks.uri``) are found in the URI itself, by their place."""
+    return any(
+        path.startswith(block) and is_secret_key(path.removeprefix(block))
+        for block in _SETTING_BLOCKS
+    )
 
 
 def _merged_block(default: object, own: object) -> object:
@@ -180,7 +193,7 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
     fields["source"] = source
     fields["locks_fallback_uri"] = f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}"
     fields["secrets"] = tuple(
-        dict.fromkeys(v for k, v in interpolated if v.strip() and k.startswith(_SECRET_BLOCKS))
+        dict.fromkeys(v for k, v in interpolated if v.strip() and _under_secret_key(k))
     )
     try:
         return IcegateConfig.model_validate(fields, context={"base_dir": base_dir})

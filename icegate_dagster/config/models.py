@@ -719,9 +719,10 @@ class IcegateConfig(_Settings):
     )
     secrets: tuple[str, ...] = Field(
         default=(),
-        description="every value a `${VAR}` put into the catalog block, `spark.conf`, "
-        "`wal.root` or `maintain.locks.uri`: secrets, kept off command lines and out of every "
-        "message",
+        description="every value a `${VAR}` put under a secret key of the catalog block or "
+        "`spark.conf` (password, token, credential, `header.Authorization`...): with the "
+        "values of those keys and the passwords in URIs, kept off command lines and out of "
+        "every message (a `${VAR}` under another key, such as `catalog.name`, is no secret)",
         json_schema_extra=DERIVED,
     )
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -13,6 +17,7 @@ from icegate_dagster.definitions import defs
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 from tests.lakehouse import LakehouseFactory
+from tests.servers import free_port
 
 SECRETS = {
     "ICEGATE_TEST_S3_SECRET": "s3-SECRET-value-0f9a7c",
@@ -82,3 +87,31 @@ def test_secrets_stay_out_of_every_output(
     for where, text in haystacks.items():
         for secret in SECRETS.values():
             assert secret not in text, f"a secret leaked into the {where}"
+
+
+def test_a_catalog_that_cannot_be_opened_names_no_password(tmp_path: Path) -> None:
+    """A PostgreSQL catalog given its password as ``?password=``, on a port nobody listens
+    on: the real CLI says which catalog cannot be opened, its password masked, in text and
+    in ``--json`` (the same message reaches /health, logs and Dagster)."""
+    secret = "qpw-SECRET-c41d9e"
+    config_path = tmp_path / "icegate.yaml"
+    uri = f"postgresql+psycopg2://ice@127.0.0.1:{free_port()}/cat?password={secret}"
+    config_path.write_text(yaml.safe_dump({"catalog": {"uri": uri, "warehouse": "wh"}}))
+    maintain = Path(sys.executable).parent / "icegate-maintain"
+    env = {k: v for k, v in os.environ.items() if k != "ICEGATE_CONFIG"}
+
+    for args in (["status"], ["status", "--json"], ["run", "--json"]):
+        done = subprocess.run(  # noqa: S603
+            [str(maintain), *args, "--config", str(config_path)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode != 0, output
+        assert "cannot be opened" in output and "127.0.0.1" in output, output
+        assert "password=***" in output, output
+        assert secret not in output, f"the password leaked from {args}"

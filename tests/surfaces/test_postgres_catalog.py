@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +25,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.cli import run_cli
+from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.health.checks import evaluate_health
 from icegate_dagster.maintenance.leases.store import LEASE_TABLE
@@ -431,3 +436,64 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
     assert f"process {worker.pid} on " in str(event.dagster_event.message)
     assert "no longer exists" in str(event.dagster_event.message)
     assert pg_pass.server.password not in str(event.dagster_event.message)
+
+
+def test_a_password_given_as_a_query_parameter_reaches_no_command_line(
+    pg_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``?password=`` in the catalog's URI (psycopg2 and PostgreSQL's JDBC driver both read
+    it there): pyiceberg, the leases and Spark's JDBC catalog, whose URL is held back from
+    spark-submit and set on the running session, all log in with it; a real
+    ``icegate-maintain run`` maintains the table, and the password is on no command line,
+    in no output and in no log row."""
+    from tests.integration.test_secret_command_line import _PsSampler
+
+    monkeypatch.setenv(PASSWORD_ENV, pg_server.password)
+    server = pg_server
+    uri = (
+        f"postgresql+psycopg2://{server.user}@{server.host}:{server.port}/{server.database}"
+        f"?password=${{{PASSWORD_ENV}}}"
+    )
+    raw = {
+        "catalog": {
+            "name": f"test_pgq_{uuid.uuid4().hex[:8]}",
+            "uri": uri,
+            "warehouse": (tmp_path / "warehouse").as_uri(),
+        },
+        "spark": {"master": "local[2]"},
+    }
+    config_path = tmp_path / "icegate.yaml"
+    config_path.write_text(json.dumps(raw))
+    config = load_config(config_path)
+    lh = Lakehouse(tmp_path, config_path, config, open_catalog(config.catalog))
+    try:
+        lh.add_table("lakehouse.logs", appends=6)
+        env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+        with _PsSampler() as ps:
+            done = subprocess.run(  # noqa: S603
+                [
+                    str(Path(sys.executable).parent / "icegate-maintain"),
+                    "run",
+                    "--config",
+                    str(config_path),
+                ],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = lh.log_rows()
+    finally:
+        engine = getattr(lh.catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+    statuses = {row["operation"]: row["status"] for row in rows}
+    assert statuses["optimize"] == "completed", rows  # Spark's JDBC catalog logged in
+    spark_lines = [line for line in ps.lines if "SparkSubmit" in line]
+    assert any(f"spark.sql.catalog.{config.catalog.name}" in line for line in spark_lines)
+    assert not [line for line in ps.lines if server.password in line]
+    assert server.password not in done.stdout + done.stderr
+    assert server.password not in json.dumps(rows, default=str)

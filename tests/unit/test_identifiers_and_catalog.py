@@ -109,3 +109,18 @@ def test_pyiceberg_creates_the_catalog_tables(tmp_path: Path) -> None:
     catalog.create_namespace("lakehouse")
     assert ("lakehouse",) in catalog.list_namespaces()
     assert (tmp_path / "c.db").stat().st_size > 0
+
+
+def test_a_catalog_that_cannot_be_opened_names_no_password(tmp_path: Path) -> None:
+    """A real connection attempt to a port nobody listens on: the message names the URI,
+    its ``?password=`` masked (it reaches /health, logs and Dagster)."""
+    from tests.servers import free_port
+
+    uri = f"postgresql+psycopg2://ice@127.0.0.1:{free_port()}/cat?password=qpw-SECRET-7e1"
+    config = config_from_dict({"catalog": {"uri": uri, "warehouse": "wh"}}, tmp_path)
+    with pytest.raises(CatalogUnavailableError) as info:
+        open_catalog(config.catalog)
+    message = str(info.value)
+    assert "cannot be opened" in message and "127.0.0.1" in message
+    assert "password=***" in message
+    assert "qpw-SECRET-7e1" not in message
