@@ -176,14 +176,36 @@ class LocationCache:
 LOCATIONS = LocationCache()
 
 
+def table_names(identifiers: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """A name for each identifier, unique among them: ``namespace.table`` (a one-level
+    namespace's table keeps its :attr:`TableRef.key`), and where two identifiers join to
+    one name (table ``x.y`` of namespace ``a`` and table ``y`` of the nested namespace
+    ``a.x`` are both ``a.x.y``) the nested one says its namespace. A name is for reading:
+    a table is loaded by its identifier, never by a name split at its dots."""
+    names: dict[tuple[str, ...], str] = {}
+    taken: set[str] = set()
+    # One-level namespaces first: their tables' names are the keys maintenance uses.
+    for identifier in sorted(set(identifiers), key=lambda i: (len(i), i)):
+        name = ".".join(identifier)
+        if name in taken:
+            name = f"{name} (table {identifier[-1]!r} of namespace {'.'.join(identifier[:-1])!r})"
+        if name in taken:  # a nested namespace whose levels hold dots too
+            name = repr(identifier)
+        taken.add(name)
+        names[identifier] = name
+    return names
+
+
 def table_locations(
     catalog: Catalog,
     unreadable: dict[str, str] | None = None,
     clean: Callable[[str], str] = str,
     known: Callable[[], Mapping[str, str]] | None = None,
+    identifiers: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
     """Every table of every namespace, nested ones and ``_`` tables included, and its
-    normalized location.
+    normalized location, by the name :func:`table_names` gives it (``identifiers``, when
+    given, receives each name's identifier).
 
     On a SQL catalog one query lists every table with its metadata file, and a table whose
     metadata file's location is known (:data:`LOCATIONS`, or ``known()``: metadata file ->
@@ -203,11 +225,14 @@ def table_locations(
             for namespace in all_namespaces(catalog)
             for identifier in catalog.list_tables(namespace)
         ]
+    names = table_names(identifier for identifier, _ in listed)
+    if identifiers is not None:
+        identifiers.update({name: identifier for identifier, name in names.items()})
     asked = False
     locations: dict[str, str] = {}
     unknown: list[tuple[tuple[str, ...], str | None]] = []
     for identifier, metadata_location in listed:
-        key = ".".join(identifier)
+        key = names[identifier]
         location = LOCATIONS.get(metadata_location)
         if location is None and metadata_location is not None and known is not None and not asked:
             asked = True
@@ -221,7 +246,7 @@ def table_locations(
     for (identifier, _), read in each_table(
         unknown, lambda item: _read_location(catalog, files, *item), LOCATION_READERS, "locations"
     ):
-        key = ".".join(identifier)
+        key = names[identifier]
         if isinstance(read, str):
             locations[key] = normalize_location(read)
             continue
@@ -368,6 +393,7 @@ class TableLocations:
         self._lock = threading.Lock()
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
+        self._identifiers: dict[str, tuple[str, ...]] = {}
         self._overlaps: dict[str, tuple[str, ...]] | None = None
 
     @property
@@ -382,11 +408,21 @@ class TableLocations:
         with self._lock:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
+                identifiers: dict[str, tuple[str, ...]] = {}
                 self._locations = table_locations(
-                    self._catalog(), unreadable, self._clean, self._known
+                    self._catalog(), unreadable, self._clean, self._known, identifiers
                 )
                 self._unreadable = unreadable
+                self._identifiers = identifiers
             return self._locations, self._unreadable
+
+    def identifier(self, name: str) -> tuple[str, ...]:
+        """The catalog identifier of a listed table (``name`` as :meth:`listed` gives it):
+        what it is loaded by, a name being ambiguous where its parts hold dots."""
+        self.listed()
+        with self._lock:
+            found = self._identifiers.get(name)
+        return found if found is not None else TableRef.parse(name).identifier
 
     def overlaps(self) -> dict[str, tuple[str, ...]]:
         """:func:`all_overlaps` of the listed locations, computed once: a pass over 10,000

@@ -233,7 +233,7 @@ def shared_files(
     catalog = locations.catalog
     for other in overlapping:
         try:
-            table = catalog.load_table(other)
+            table = catalog.load_table(locations.identifier(other))
             references = REFERENCES.of(table)
         except Exception as exc:
             raise SharingUnknownError(
