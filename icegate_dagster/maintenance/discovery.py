@@ -202,6 +202,7 @@ def table_locations(
     clean: Callable[[str], str] = str,
     known: Callable[[], Mapping[str, str]] | None = None,
     identifiers: dict[str, tuple[str, ...]] | None = None,
+    presumed: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Every table of every namespace, nested ones and ``_`` tables included, and its
     normalized location, by the name :func:`table_names` gives it (``identifiers``, when
@@ -214,7 +215,9 @@ def table_locations(
 
     Fails closed: a table whose location cannot be read is recorded in ``unreadable``
     (key -> error) when given, and otherwise raises, naming the table. (Its files could be
-    anywhere, inside another table's folder included.)
+    anywhere, inside another table's folder included.) Where the catalog named its metadata
+    file, the folder that file says it lives in goes to ``presumed``
+    (:func:`presumed_location`).
     """
     metadata = sql_metadata_locations(catalog)
     if metadata is not None:
@@ -243,6 +246,7 @@ def table_locations(
         else:
             locations[key] = normalize_location(location)
     files = _FileIOs(catalog)
+    metadata_of = dict(unknown)
     for (identifier, _), read in each_table(
         unknown, lambda item: _read_location(catalog, files, *item), LOCATION_READERS, "locations"
     ):
@@ -250,6 +254,9 @@ def table_locations(
         if isinstance(read, str):
             locations[key] = normalize_location(read)
             continue
+        folder = presumed_location(metadata_of[identifier])
+        if presumed is not None and folder is not None:
+            presumed[key] = folder
         # Masked (``clean``) before the cut, so no piece of a secret survives it.
         error = clean(f"{type(read).__name__}: {read}".splitlines()[0])[:300]
         if unreadable is None:
@@ -258,6 +265,18 @@ def table_locations(
             ) from None
         unreadable[key] = error
     return dict(sorted(locations.items()))
+
+
+def presumed_location(metadata_location: str | None) -> str | None:
+    """The folder a table whose metadata cannot be read lives in, as its metadata file's
+    path says (``<location>/metadata/<file>``, Iceberg's layout), normalized; None when the
+    file lies elsewhere (``write.metadata.path``) or is not known: its table may lie
+    anywhere."""
+    if metadata_location is None:
+        return None
+    folder, _, _ = normalize_location(metadata_location).rpartition("/")
+    location, _, last = folder.rpartition("/")
+    return location if last == "metadata" and location.count("/") > 2 else None
 
 
 #: Tables whose location is read at once when none is known (each a metadata file read or
@@ -394,6 +413,7 @@ class TableLocations:
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
         self._identifiers: dict[str, tuple[str, ...]] = {}
+        self._presumed: dict[str, str] = {}
         self._overlaps: dict[str, tuple[str, ...]] | None = None
 
     @property
@@ -409,11 +429,13 @@ class TableLocations:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
                 identifiers: dict[str, tuple[str, ...]] = {}
+                presumed: dict[str, str] = {}
                 self._locations = table_locations(
-                    self._catalog(), unreadable, self._clean, self._known, identifiers
+                    self._catalog(), unreadable, self._clean, self._known, identifiers, presumed
                 )
                 self._unreadable = unreadable
                 self._identifiers = identifiers
+                self._presumed = presumed
             return self._locations, self._unreadable
 
     def identifier(self, name: str) -> tuple[str, ...]:
@@ -441,27 +463,45 @@ class TableLocations:
             return self.overlaps().get(key, ())
         return tuple(overlapping_tables(key, location, listed))
 
-    def refuse_unknown(self, operation: str, key: str, location: str) -> None:
-        """Raise while another table's location cannot be read: it may lie in ``key``'s
-        folder (``location``), its live files looking orphaned there."""
+    def unreadable_near(self, key: str, location: str) -> dict[str, str]:
+        """The tables other than ``key`` whose location cannot be read and may overlap
+        ``location`` (name -> why): those whose metadata file lies in a folder overlapping
+        it, and those whose folder cannot even be presumed (:func:`presumed_location`). One
+        whose metadata file lies in a folder apart is no concern of ``key``'s: an unreadable
+        table does not stop the maintenance of every other."""
         _, unreadable = self.listed()
-        unknown = {k: v for k, v in unreadable.items() if k != key}
-        if unknown:
-            named = "; ".join(f"{k} ({v})" for k, v in unknown.items())
-            raise OperationError(
-                f"refusing {operation} on {key}: the location of "
-                f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
-                f"in {location} and look orphaned: {named}; repair or drop "
-                f"{'it' if len(unknown) == 1 else 'them'} first"
-            )
+        near = {}
+        for other, error in sorted(unreadable.items()):
+            if other == key:
+                continue
+            folder = self._presumed.get(other)
+            if folder is None:
+                near[other] = f"{error}; where its files lie is not known"
+            elif overlapping_tables(key, location, {other: folder}):
+                near[other] = f"{error}; its metadata file lies in {folder}"
+        return near
+
+
+def _exists(catalog: Catalog, identifier: tuple[str, ...]) -> bool:
+    """The catalog has the table. pyiceberg's ``table_exists`` loads it: a table whose
+    metadata cannot be read exists all the same, and its pass fails on its own, naming why
+    (:func:`load_table`), rather than the whole command."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.table_exists(identifier)
+    except NoSuchTableError:
+        return False
+    except Exception:
+        return True
 
 
 def resolve_table(catalog: Catalog, name: str, catalog_name: str) -> TableRef:
     """Parse a user-given ``namespace.table`` and check that the table exists."""
     ref = TableRef.parse(name)
-    if not catalog.table_exists(ref.identifier):
+    if not _exists(catalog, ref.identifier):
         parts = tuple(name.split("."))
-        if len(parts) > 2 and catalog.table_exists(parts):
+        if len(parts) > 2 and _exists(catalog, parts):
             raise InvalidIdentifierError(
                 f"table {name!r} is in the nested namespace {'.'.join(parts[:-1])!r}; "
                 "only one-level namespaces are maintained"
