@@ -60,8 +60,13 @@ def discover_tables(
                 f"cannot list tables of namespace {namespace!r}: {exc}"
             ) from None
         for identifier in identifiers:
+            # A configured nested namespace's table (``a.b`` + ``t``) would have the key
+            # ``a.b.t``, which names table ``b.t`` of namespace ``a``: nested namespaces are
+            # not maintained (as the health trigger's listing), never mistaken for another.
+            if len(identifier) != 2:
+                continue
             try:
-                ref = TableRef(".".join(identifier[:-1]), identifier[-1])
+                ref = TableRef(*identifier)
             except InvalidIdentifierError:
                 continue
             if not ref.is_internal and ref.key not in skip:

@@ -16,7 +16,7 @@ from icegate_dagster.cli import run_cli
 from icegate_dagster.config import config_from_dict
 from icegate_dagster.errors import ConfigError
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.maintenance.discovery import TableLocations
+from icegate_dagster.maintenance.discovery import TableLocations, discover_tables
 from icegate_dagster.maintenance.exclusion import REWRITES, exclusion_of, table_exclusion
 from icegate_dagster.maintenance.health.checks import evaluate_health, health_score_check
 from icegate_dagster.maintenance.health.score import assess, thresholds_for
@@ -244,3 +244,20 @@ def test_a_dotted_table_name_alone_is_consulted_by_its_own_identifier(tmp_path: 
 
     assert shared.tables == ("unit.x.y",)
     assert all(shared.owner(path) == "unit.x.y" for path in _data_files(dotted))
+
+
+def test_a_configured_nested_namespace_yields_no_table_whose_key_names_another(
+    tmp_path: Path,
+) -> None:
+    """Table ``t`` of the nested namespace ``unit.x`` would be keyed ``unit.x.t``, which
+    parses as table ``x.t`` of namespace ``unit``: discovery leaves nested namespaces out
+    (as the health trigger's listing does), and every key it gives names its own table."""
+    catalog = sqlite_catalog(tmp_path)
+    catalog.create_namespace(("unit", "x"))
+    catalog.create_table(("unit", "x", "t"), schema=SCHEMA)
+    catalog.create_table(("unit", "x.t"), schema=SCHEMA)
+
+    found = discover_tables(catalog, ["unit", "unit.x"])
+
+    assert found == [TableRef("unit", "x.t")]
+    assert all(TableRef.parse(ref.key) == ref for ref in found)
