@@ -14,10 +14,14 @@ A tick costs next to nothing for a table that did not change:
    file or WAL changed, a snapshot crossed the expiry's retention since (see
    :func:`~icegate_dagster.maintenance.health.score.next_look_at`), it could not be read a
    minute ago, its settings in the configuration changed, or, where the catalog cannot say
-   what changed, its look is older than ``maintain.trigger.recheck``. New tables first,
-   then changed ones, then the rest, each group in name order from where the last tick
-   stopped, until the tick's look budget is spent; what is left waits for the next tick,
-   and the lakehouse's totals use its last look meanwhile.
+   what changed, its look is older than ``maintain.trigger.recheck``. They are looked at
+   **by the age of their last look**, oldest first (tables never looked at before all,
+   equals in name order from where the last tick stopped: :func:`look_order`), until the
+   tick's look budget is spent; what is left waits for the next tick, and the lakehouse's
+   totals use its last look meanwhile. A table looked at goes behind every table still
+   waiting, so no kind of change can starve another: a table out of date is looked at
+   within ``ceil(N / k)`` ticks, ``N`` the tables listed and ``k`` the looks a tick has
+   time for (at least one), tables created meanwhile going first.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -175,23 +179,38 @@ def _out_of_date(
     listing: Listing,
     recheck_s: float,
     settings: str | None,
-) -> int | None:
-    """How urgently a table needs a new look (0 first), or None when its look is current."""
+) -> bool:
+    """Whether a table needs a new look (see the module docstring)."""
     if look is None:
-        return 0
+        return True
     if listing.cheap and look.metadata_location != location:
-        return 1
+        return True
     if look.settings != settings:
-        return 1
+        return True
     if look.error is not None:
-        return 3 if now - look.looked_at >= ERROR_RETRY_S else None
+        return now - look.looked_at >= ERROR_RETRY_S
     if wal != look.wal:
-        return 1
+        return True
     if look.recheck_at is not None and look.recheck_at <= now:
-        return 2
-    if not listing.cheap and now - look.looked_at >= recheck_s:
-        return 2
-    return None
+        return True
+    return not listing.cheap and now - look.looked_at >= recheck_s
+
+
+def look_order(
+    out_of_date: Collection[str], looks: Mapping[str, StoredLook], resume_at: str | None
+) -> list[str]:
+    """The order a tick looks at the tables ``out_of_date`` in: by the age of their last
+    look (``looks``), oldest first, tables never looked at before all; equals in name order
+    from ``resume_at`` (where the last tick stopped). Not changed tables first: where they
+    alone could fill every tick's budget, a table due for a re-check or a retry after an
+    error would never get its turn. A table looked at goes behind every one still waiting,
+    so each waits ``ceil(N / k)`` ticks at most (``N`` tables, ``k`` looks a tick). Pure."""
+
+    def last_look(key: str) -> float:
+        look = looks.get(key)
+        return float("-inf") if look is None else look.looked_at
+
+    return sorted(rotation(out_of_date, resume_at), key=last_look)  # stable: equals rotate
 
 
 def due_since(previous: StoredLook | None, look: StoredLook) -> float | None:
@@ -311,22 +330,23 @@ def look_at_lakehouse(
     looks = cache.get(store_key, memory) if until is not None else {}
     for gone in set(looks) - set(tables):
         del looks[gone]
-    urgency: dict[str, int] = {}
     digest = SettingsDigests(maintainer)
     digests = {key: digest(key) for key in tables}
-    for key in tables:
-        level = _out_of_date(
+    recheck_s = config.trigger.recheck.total_seconds()
+    out_of_date = [
+        key
+        for key in tables
+        if _out_of_date(
             looks.get(key),
             listing.tables[key],
             wal_text(wal.get(key)),
             now,
             listing,
-            config.trigger.recheck.total_seconds(),
+            recheck_s,
             digests[key],
         )
-        if level is not None:
-            urgency[key] = level
-    order = sorted(rotation(urgency, resume_at), key=lambda k: urgency[k])
+    ]
+    order = look_order(out_of_date, looks, resume_at)
     fresh: list[StoredLook] = []
     next_start = None
     for index, key in enumerate(order):

@@ -60,8 +60,13 @@ def discover_tables(
                 f"cannot list tables of namespace {namespace!r}: {exc}"
             ) from None
         for identifier in identifiers:
+            # A configured nested namespace's table (``a.b`` + ``t``) would have the key
+            # ``a.b.t``, which names table ``b.t`` of namespace ``a``: nested namespaces are
+            # not maintained (as the health trigger's listing), never mistaken for another.
+            if len(identifier) != 2:
+                continue
             try:
-                ref = TableRef(".".join(identifier[:-1]), identifier[-1])
+                ref = TableRef(*identifier)
             except InvalidIdentifierError:
                 continue
             if not ref.is_internal and ref.key not in skip:
@@ -176,14 +181,37 @@ class LocationCache:
 LOCATIONS = LocationCache()
 
 
+def table_names(identifiers: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """A name for each identifier, unique among them: ``namespace.table`` (a one-level
+    namespace's table keeps its :attr:`TableRef.key`), and where two identifiers join to
+    one name (table ``x.y`` of namespace ``a`` and table ``y`` of the nested namespace
+    ``a.x`` are both ``a.x.y``) the nested one says its namespace. A name is for reading:
+    a table is loaded by its identifier, never by a name split at its dots."""
+    names: dict[tuple[str, ...], str] = {}
+    taken: set[str] = set()
+    # One-level namespaces first: their tables' names are the keys maintenance uses.
+    for identifier in sorted(set(identifiers), key=lambda i: (len(i), i)):
+        name = ".".join(identifier)
+        if name in taken:
+            name = f"{name} (table {identifier[-1]!r} of namespace {'.'.join(identifier[:-1])!r})"
+        if name in taken:  # a nested namespace whose levels hold dots too
+            name = repr(identifier)
+        taken.add(name)
+        names[identifier] = name
+    return names
+
+
 def table_locations(
     catalog: Catalog,
     unreadable: dict[str, str] | None = None,
     clean: Callable[[str], str] = str,
     known: Callable[[], Mapping[str, str]] | None = None,
+    identifiers: dict[str, tuple[str, ...]] | None = None,
+    presumed: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Every table of every namespace, nested ones and ``_`` tables included, and its
-    normalized location.
+    normalized location, by the name :func:`table_names` gives it (``identifiers``, when
+    given, receives each name's identifier).
 
     On a SQL catalog one query lists every table with its metadata file, and a table whose
     metadata file's location is known (:data:`LOCATIONS`, or ``known()``: metadata file ->
@@ -192,7 +220,9 @@ def table_locations(
 
     Fails closed: a table whose location cannot be read is recorded in ``unreadable``
     (key -> error) when given, and otherwise raises, naming the table. (Its files could be
-    anywhere, inside another table's folder included.)
+    anywhere, inside another table's folder included.) Where the catalog named its metadata
+    file, the folder that file says it lives in goes to ``presumed``
+    (:func:`presumed_location`).
     """
     metadata = sql_metadata_locations(catalog)
     if metadata is not None:
@@ -203,11 +233,14 @@ def table_locations(
             for namespace in all_namespaces(catalog)
             for identifier in catalog.list_tables(namespace)
         ]
+    names = table_names(identifier for identifier, _ in listed)
+    if identifiers is not None:
+        identifiers.update({name: identifier for identifier, name in names.items()})
     asked = False
     locations: dict[str, str] = {}
     unknown: list[tuple[tuple[str, ...], str | None]] = []
     for identifier, metadata_location in listed:
-        key = ".".join(identifier)
+        key = names[identifier]
         location = LOCATIONS.get(metadata_location)
         if location is None and metadata_location is not None and known is not None and not asked:
             asked = True
@@ -218,13 +251,17 @@ def table_locations(
         else:
             locations[key] = normalize_location(location)
     files = _FileIOs(catalog)
+    metadata_of = dict(unknown)
     for (identifier, _), read in each_table(
         unknown, lambda item: _read_location(catalog, files, *item), LOCATION_READERS, "locations"
     ):
-        key = ".".join(identifier)
+        key = names[identifier]
         if isinstance(read, str):
             locations[key] = normalize_location(read)
             continue
+        folder = presumed_location(metadata_of[identifier])
+        if presumed is not None and folder is not None:
+            presumed[key] = folder
         # Masked (``clean``) before the cut, so no piece of a secret survives it.
         error = clean(f"{type(read).__name__}: {read}".splitlines()[0])[:300]
         if unreadable is None:
@@ -233,6 +270,18 @@ def table_locations(
             ) from None
         unreadable[key] = error
     return dict(sorted(locations.items()))
+
+
+def presumed_location(metadata_location: str | None) -> str | None:
+    """The folder a table whose metadata cannot be read lives in, as its metadata file's
+    path says (``<location>/metadata/<file>``, Iceberg's layout), normalized; None when the
+    file lies elsewhere (``write.metadata.path``) or is not known: its table may lie
+    anywhere."""
+    if metadata_location is None:
+        return None
+    folder, _, _ = normalize_location(metadata_location).rpartition("/")
+    location, _, last = folder.rpartition("/")
+    return location if last == "metadata" and location.count("/") > 2 else None
 
 
 #: Tables whose location is read at once when none is known (each a metadata file read or
@@ -368,6 +417,8 @@ class TableLocations:
         self._lock = threading.Lock()
         self._locations: dict[str, str] | None = None
         self._unreadable: dict[str, str] = {}
+        self._identifiers: dict[str, tuple[str, ...]] = {}
+        self._presumed: dict[str, str] = {}
         self._overlaps: dict[str, tuple[str, ...]] | None = None
 
     @property
@@ -382,11 +433,23 @@ class TableLocations:
         with self._lock:
             if self._locations is None:
                 unreadable: dict[str, str] = {}
+                identifiers: dict[str, tuple[str, ...]] = {}
+                presumed: dict[str, str] = {}
                 self._locations = table_locations(
-                    self._catalog(), unreadable, self._clean, self._known
+                    self._catalog(), unreadable, self._clean, self._known, identifiers, presumed
                 )
                 self._unreadable = unreadable
+                self._identifiers = identifiers
+                self._presumed = presumed
             return self._locations, self._unreadable
+
+    def identifier(self, name: str) -> tuple[str, ...]:
+        """The catalog identifier of a listed table (``name`` as :meth:`listed` gives it):
+        what it is loaded by, a name being ambiguous where its parts hold dots."""
+        self.listed()
+        with self._lock:
+            found = self._identifiers.get(name)
+        return found if found is not None else TableRef.parse(name).identifier
 
     def overlaps(self) -> dict[str, tuple[str, ...]]:
         """:func:`all_overlaps` of the listed locations, computed once: a pass over 10,000
@@ -405,27 +468,45 @@ class TableLocations:
             return self.overlaps().get(key, ())
         return tuple(overlapping_tables(key, location, listed))
 
-    def refuse_unknown(self, operation: str, key: str, location: str) -> None:
-        """Raise while another table's location cannot be read: it may lie in ``key``'s
-        folder (``location``), its live files looking orphaned there."""
+    def unreadable_near(self, key: str, location: str) -> dict[str, str]:
+        """The tables other than ``key`` whose location cannot be read and may overlap
+        ``location`` (name -> why): those whose metadata file lies in a folder overlapping
+        it, and those whose folder cannot even be presumed (:func:`presumed_location`). One
+        whose metadata file lies in a folder apart is no concern of ``key``'s: an unreadable
+        table does not stop the maintenance of every other."""
         _, unreadable = self.listed()
-        unknown = {k: v for k, v in unreadable.items() if k != key}
-        if unknown:
-            named = "; ".join(f"{k} ({v})" for k, v in unknown.items())
-            raise OperationError(
-                f"refusing {operation} on {key}: the location of "
-                f"{len(unknown)} table(s) of the catalog cannot be read, so their files may lie "
-                f"in {location} and look orphaned: {named}; repair or drop "
-                f"{'it' if len(unknown) == 1 else 'them'} first"
-            )
+        near = {}
+        for other, error in sorted(unreadable.items()):
+            if other == key:
+                continue
+            folder = self._presumed.get(other)
+            if folder is None:
+                near[other] = f"{error}; where its files lie is not known"
+            elif overlapping_tables(key, location, {other: folder}):
+                near[other] = f"{error}; its metadata file lies in {folder}"
+        return near
+
+
+def _exists(catalog: Catalog, identifier: tuple[str, ...]) -> bool:
+    """The catalog has the table. pyiceberg's ``table_exists`` loads it: a table whose
+    metadata cannot be read exists all the same, and its pass fails on its own, naming why
+    (:func:`load_table`), rather than the whole command."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.table_exists(identifier)
+    except NoSuchTableError:
+        return False
+    except Exception:
+        return True
 
 
 def resolve_table(catalog: Catalog, name: str, catalog_name: str) -> TableRef:
     """Parse a user-given ``namespace.table`` and check that the table exists."""
     ref = TableRef.parse(name)
-    if not catalog.table_exists(ref.identifier):
+    if not _exists(catalog, ref.identifier):
         parts = tuple(name.split("."))
-        if len(parts) > 2 and catalog.table_exists(parts):
+        if len(parts) > 2 and _exists(catalog, parts):
             raise InvalidIdentifierError(
                 f"table {name!r} is in the nested namespace {'.'.join(parts[:-1])!r}; "
                 "only one-level namespaces are maintained"

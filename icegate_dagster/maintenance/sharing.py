@@ -8,7 +8,9 @@ read by the other, so every operation that deletes files (expiry's deletes, orph
 removal, deferred orphan deletion) treats a file as live while **any** table whose location
 overlaps references it (:func:`shared_files`): any snapshot it keeps, branch and tag heads
 included, its metadata files and statistics. Where that cannot be established (another
-table's location or metadata cannot be read) nothing is deleted, and the error says why.
+table's location or metadata cannot be read) nothing is deleted, and the error says why. A
+table whose metadata cannot be read concerns only the tables whose folders its files may lie
+in (its metadata file's folder, :func:`~..discovery.presumed_location`), not every table.
 
 Iceberg's own answer is ``gc.enabled=false`` on tables that share files (its ``snapshot``
 and ``migrate`` procedures set it): other engines' expiry and orphan removal then refuse to
@@ -199,7 +201,29 @@ NO_SHARED_FILES = SharedFiles()
 
 class SharingUnknownError(OperationError):
     """Whether another table still references a file cannot be established: nothing is
-    deleted."""
+    deleted. ``unreadable``: the tables whose metadata could not be read (none when the
+    catalog itself could not be listed)."""
+
+    def __init__(self, message: str, unreadable: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.unreadable = tuple(unreadable)
+
+
+def refuse_unreadable_near(
+    locations: TableLocations, key: str, location: str, *, for_what: str
+) -> None:
+    """Raise :class:`SharingUnknownError` while a table whose metadata cannot be read may
+    have files in ``key``'s folder (``location``): they would look unreferenced there
+    (:meth:`~..discovery.TableLocations.unreadable_near`; one apart is no concern)."""
+    near = locations.unreadable_near(key, location)
+    if near:
+        named = "; ".join(f"{k} ({v})" for k, v in near.items())
+        raise SharingUnknownError(
+            f"the metadata of {len(near)} table(s) of the catalog cannot be read and their "
+            f"files may lie in {key}'s folder {normalize_location(location)}, so {for_what}: "
+            f"{named}; repair or drop {'it' if len(near) == 1 else 'them'} first",
+            unreadable=tuple(near),
+        )
 
 
 def shared_files(
@@ -211,34 +235,29 @@ def shared_files(
 ) -> SharedFiles:
     """The files that the tables whose location overlaps ``key``'s (``location``) reference
     now, each of them loaded afresh from the catalog. Fails closed with
-    :class:`SharingUnknownError` when a table's location cannot be read (it may overlap)
+    :class:`SharingUnknownError` when a table whose location cannot be read may overlap
+    (:func:`refuse_unreadable_near`)
     or an overlapping table's metadata cannot be read: nothing may then be deleted."""
     try:
-        listed, unreadable = locations.listed()
+        locations.listed()
     except Exception as exc:
         raise SharingUnknownError(
             f"cannot list the catalog's tables to find those sharing {key}'s location: "
             f"{describe_error(exc, clean)}"
         ) from None
-    unknown = {k: v for k, v in unreadable.items() if k != key}
-    if unknown:
-        named = "; ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
-        raise SharingUnknownError(
-            f"the location of {len(unknown)} table(s) of the catalog cannot be read, so they "
-            f"may share {key}'s files: {named}; repair or drop "
-            f"{'it' if len(unknown) == 1 else 'them'} first"
-        )
+    refuse_unreadable_near(locations, key, location, for_what="they may share its files")
     overlapping = locations.overlapping(key, location)
     paths: dict[str, str] = {}
     catalog = locations.catalog
     for other in overlapping:
         try:
-            table = catalog.load_table(other)
+            table = catalog.load_table(locations.identifier(other))
             references = REFERENCES.of(table)
         except Exception as exc:
             raise SharingUnknownError(
                 f"cannot tell which files {other} (its location overlaps {key}'s) still "
-                f"references: {describe_error(exc, clean)}"
+                f"references: {describe_error(exc, clean)}",
+                unreadable=(other,),
             ) from None
         for path in references:
             paths.setdefault(path, other)

@@ -96,7 +96,7 @@ def test_wal_file_under_a_table_folder_survives_orphan_removal(
     assert waiting.exists()
 
 
-def test_an_unreadable_table_refuses_orphan_removal_on_others_and_the_pass_goes_on(
+def test_an_unreadable_table_skips_orphan_removal_where_it_lies_and_the_pass_goes_on(
     lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lh = lakehouse_factory()
@@ -110,10 +110,12 @@ def test_an_unreadable_table_refuses_orphan_removal_on_others_and_the_pass_goes_
 
     code, report = _run(capsys, "run", "--config", str(lh.config_path), "--table", TABLE)
 
-    assert code == 1
     ops = _ops(report, TABLE)
-    assert ops["remove_orphan_files"]["status"] == "failed"
+    # Skipped, naming it: the broken table is the alert (its own pass fails), not every
+    # table whose folder its files may lie in (issue 37).
+    assert ops["remove_orphan_files"]["status"] == "skipped"
     assert "lakehouse.inner" in ops["remove_orphan_files"]["details"]
+    assert code == 0, {op: o["status"] for op, o in ops.items()}
     assert ops["optimize"]["status"] == "completed"
     assert ops["rewrite_manifests"]["status"] in ("completed", "skipped")
     assert all(path.exists() for path in inner_files)

@@ -303,3 +303,45 @@ def test_when_a_sharing_table_cannot_be_read_expiry_commits_and_deletes_nothing(
     assert len(lh.table(ORDERS).metadata.snapshots) == 1 < snapshots  # committed
     assert all(p.exists() for p in on_disk)  # nothing deleted
     assert _current(lh, ORDERS) == _duckdb_rows(lh, ORDERS)
+
+
+def test_one_unreadable_table_skips_orphan_removal_only_where_its_folder_may_lie(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: ``lakehouse.inner`` (in ``events``' folder) has a corrupt metadata file.
+    ``lakehouse.alone``, in its own folder, is maintained as usual (its orphan goes); in
+    ``events``' folder, where the unreadable table's live files may lie, orphan removal is
+    skipped naming it and deletes nothing; the unreadable table fails on its own."""
+    lh = lakehouse_factory(maintain=MAINTAIN)
+    alone = "lakehouse.alone"
+    lh.add_table(alone, appends=2)
+    lh.add_table(EVENTS, appends=2)
+    lh.add_table_inside(EVENTS, INNER, age=MONTH)
+    time.sleep(1.1)  # alone's first snapshot past its retention (1 s)
+    for key in (alone, EVENTS):
+        _back_date(lh, key)
+    lonely = lh.plant_file(alone, "failed-write.parquet", MONTH)
+    stray = lh.plant_file(EVENTS, "failed-write.parquet", MONTH)
+    inner_files = {p for p in _local(lh.table(INNER).location()).rglob("*") if p.is_file()}
+    _local(lh.table(INNER).metadata_location).write_text("{ not json")
+    config = ["--config", str(lh.config_path)]
+
+    code, report = _cli(capsys, "orphans", "--table", alone, "--table", EVENTS, *config)
+
+    assert code == 0, [o for t in report["tables"] for o in t["ops"]]
+    done = _op(report, alone, "remove_orphan_files")
+    assert done["status"] == "completed", done
+    assert not lonely.exists()
+    skipped = _op(report, EVENTS, "remove_orphan_files")
+    assert skipped["status"] == "skipped", skipped
+    assert INNER in skipped["details"] and "cannot be read" in skipped["details"]
+    assert stray.exists() and all(p.exists() for p in inner_files)  # nothing deleted there
+    code, report = _cli(capsys, "orphans", "--table", INNER, *config)
+    assert code == 1
+    [failed] = report["tables"][0]["ops"]
+    assert failed["status"] == "failed" and "cannot read its metadata" in failed["details"]
+    # Expiry's deletes consult the same tables: apart from the unreadable one, they go on.
+    code, report = _cli(capsys, "expire", "--table", alone, *config)
+    expired = _op(report, alone, "expire_snapshots")
+    assert code == 0 and expired["status"] == "completed", expired
+    assert "sharing_error" not in expired["output"] and len(lh.table(alone).metadata.snapshots) == 1

@@ -9,20 +9,23 @@ import json
 from pathlib import Path
 
 import pytest
+from pyiceberg.table import Table
 
 from icegate_dagster.assets.partition_events import table_record
 from icegate_dagster.cli import run_cli
 from icegate_dagster.config import config_from_dict
 from icegate_dagster.errors import ConfigError
 from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.discovery import TableLocations, discover_tables
 from icegate_dagster.maintenance.exclusion import REWRITES, exclusion_of, table_exclusion
 from icegate_dagster.maintenance.health.checks import evaluate_health, health_score_check
 from icegate_dagster.maintenance.health.score import assess, thresholds_for
 from icegate_dagster.maintenance.results import TableResult, TableStats
-from icegate_dagster.maintenance.sharing import sharing_of
+from icegate_dagster.maintenance.sharing import shared_files, sharing_of
 from icegate_dagster.maintenance.wal import WalStats
 from tests.lakehouse import LakehouseFactory
 from tests.unit.health_builders import metrics
+from tests.unit.pyiceberg_tables import SCHEMA, create_table, rows, sqlite_catalog
 
 OFF = {"icegate.maintenance.enabled": "false"}
 AMORO = {"self-optimizing.enabled": "true"}
@@ -191,3 +194,70 @@ def test_an_excluded_table_is_skipped_by_every_operation_and_shown_as_excluded(
 
 def _no_spark() -> object:
     raise AssertionError("an excluded table must not need Spark")
+
+
+def _data_files(table: Table) -> list[str]:
+    return list(table.inspect.files().column("file_path").to_pylist())
+
+
+def test_dotted_names_are_told_apart_when_the_sharing_tables_are_consulted(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: tables are consulted by their identifier, never by a name split at its dots.
+    Inside ``unit.orders``' folder live ``unit.x.y`` (table ``x.y`` in namespace ``unit``)
+    and table ``y`` of the nested namespace ``unit.x``: both are spelled ``unit.x.y`` when
+    joined. Every file either references is kept by the orders' deleting operations, each
+    named by its own table."""
+    catalog = sqlite_catalog(tmp_path)
+    orders = create_table(catalog, "orders", appends=1)
+    catalog.create_namespace(("unit", "x"))
+    dotted = catalog.create_table(
+        ("unit", "x.y"), schema=SCHEMA, location=f"{orders.location()}/dotted"
+    )
+    dotted.append(rows(1))
+    nested = catalog.create_table(
+        ("unit", "x", "y"), schema=SCHEMA, location=f"{orders.location()}/nested"
+    )
+    nested.append(rows(2))
+
+    shared = shared_files(TableLocations(lambda: catalog), "unit.orders", orders.location())
+
+    assert len(shared.tables) == 2, shared.tables
+    owners = {shared.owner(path) for path in _data_files(dotted) + _data_files(nested)}
+    assert None not in owners and len(owners) == 2, owners
+    assert shared.owner(_data_files(dotted)[0]) == "unit.x.y"
+    assert "unit.x" in str(shared.owner(_data_files(nested)[0]))
+
+
+def test_a_dotted_table_name_alone_is_consulted_by_its_own_identifier(tmp_path: Path) -> None:
+    """``unit.x.y`` (table ``x.y``) inside the orders' folder, no nested namespace: loading
+    it by the joined name would ask for table ``y`` of namespace ``unit.x``, which does not
+    exist, and refuse every deletion in the orders' folder for ever."""
+    catalog = sqlite_catalog(tmp_path)
+    orders = create_table(catalog, "orders", appends=1)
+    dotted = catalog.create_table(
+        ("unit", "x.y"), schema=SCHEMA, location=f"{orders.location()}/dotted"
+    )
+    dotted.append(rows(1))
+
+    shared = shared_files(TableLocations(lambda: catalog), "unit.orders", orders.location())
+
+    assert shared.tables == ("unit.x.y",)
+    assert all(shared.owner(path) == "unit.x.y" for path in _data_files(dotted))
+
+
+def test_a_configured_nested_namespace_yields_no_table_whose_key_names_another(
+    tmp_path: Path,
+) -> None:
+    """Table ``t`` of the nested namespace ``unit.x`` would be keyed ``unit.x.t``, which
+    parses as table ``x.t`` of namespace ``unit``: discovery leaves nested namespaces out
+    (as the health trigger's listing does), and every key it gives names its own table."""
+    catalog = sqlite_catalog(tmp_path)
+    catalog.create_namespace(("unit", "x"))
+    catalog.create_table(("unit", "x", "t"), schema=SCHEMA)
+    catalog.create_table(("unit", "x.t"), schema=SCHEMA)
+
+    found = discover_tables(catalog, ["unit", "unit.x"])
+
+    assert found == [TableRef("unit", "x.t")]
+    assert all(TableRef.parse(ref.key) == ref for ref in found)

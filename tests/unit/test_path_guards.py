@@ -4,6 +4,7 @@ refusal here happens before Spark would be needed."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -166,21 +167,35 @@ def test_table_locations_fail_closed_and_include_nested_namespaces(
     )
 
 
-def test_an_unreadable_table_refuses_orphan_removal_elsewhere_naming_it(
+def test_an_unreadable_table_in_a_folder_apart_does_not_stop_orphan_removal_elsewhere(
     lakehouse_factory: LakehouseFactory,
 ) -> None:
+    """Issue 37: ``lakehouse.broken``'s metadata file is lost; its folder (where that file
+    lay) is apart from ``lakehouse.logs``', whose orphan removal goes on as usual: one broken
+    table fails on its own, not every table of the catalog with it."""
     lh = lakehouse_factory()
     lh.add_table("lakehouse.logs", appends=2)
     broken = lh.add_table("lakehouse.broken", appends=1)
     broken.append(batch(50, ("api",)))
     Path(broken.metadata_location.removeprefix("file://")).unlink()
+    orphan = lh.plant_file("lakehouse.logs", "failed-write.parquet", timedelta(days=30))
 
     result = Maintainer(lh.config, spark=_no_spark).run_op(
         TableRef.parse("lakehouse.logs"), "remove_orphan_files"
     )
-    assert result.status == "failed", result
-    assert "lakehouse.broken" in result.details
-    assert "cannot be read" in result.details
+    assert result.status == "completed", result
+    assert not orphan.exists()
+
+
+def test_an_unreadable_tables_folder_is_presumed_only_from_icebergs_layout() -> None:
+    from icegate_dagster.maintenance.discovery import presumed_location
+
+    assert presumed_location("s3a://b/wh/ns/t/metadata/00003-x.metadata.json") == "s3://b/wh/ns/t"
+    assert presumed_location("file:/w/ns/t/metadata/v1.gz.metadata.json") == "file:///w/ns/t"
+    # Elsewhere (write.metadata.path), or not named: its files may lie anywhere.
+    assert presumed_location("s3://b/meta/t-1/00003-x.metadata.json") is None
+    assert presumed_location("s3://b/metadata/v1.metadata.json") is None
+    assert presumed_location(None) is None
 
 
 def _no_spark() -> object:

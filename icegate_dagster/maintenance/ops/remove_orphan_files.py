@@ -7,7 +7,9 @@ sharing the location references it either (:mod:`~icegate_dagster.maintenance.sh
 Iceberg's procedure cannot consult them, so it is asked for its list as a dry run, the
 files the other tables reference are left out, and the rest is deleted through the table's
 FileIO under its lease; a dry run lists exactly that. When another table's location or
-metadata cannot be read, the operation is refused: nothing is deleted.
+metadata cannot be read and whose files may lie in the folder, the operation is skipped,
+naming it: nothing is deleted (that table fails on its own; a table whose metadata file lies
+in a folder apart does not stop this one).
 
 Where the table's metadata and one listing tell Iceberg's answer exactly (a store pyarrow
 lists, up to :data:`~icegate_dagster.maintenance.orphans.listing.MAX_MANIFESTS` manifests:
@@ -38,6 +40,8 @@ from icegate_dagster.maintenance.results import Outcome
 from icegate_dagster.maintenance.sharing import (
     NO_SHARED_FILES,
     SharedFiles,
+    SharingUnknownError,
+    refuse_unreadable_near,
     shared_files,
     table_sharing,
 )
@@ -49,8 +53,13 @@ _SAMPLE = 20
 def _shared(ctx: OpContext) -> SharedFiles:
     """What the tables sharing the folder reference now (none: :data:`NO_SHARED_FILES`);
     raises, naming why, when that cannot be established."""
-    # Listing the folder is only safe when every table's location is known.
-    ctx.locations.refuse_unknown(RemoveOrphanFiles.name, ctx.ref.key, ctx.table.location())
+    # Listing the folder is only safe when every table whose files may lie in it is known.
+    refuse_unreadable_near(
+        ctx.locations,
+        ctx.ref.key,
+        ctx.table.location(),
+        for_what="files of theirs would look orphaned there",
+    )
     if not table_sharing(ctx.locations, ctx.ref.key, ctx.table).shared:
         return NO_SHARED_FILES
     return shared_files(
@@ -80,7 +89,15 @@ class RemoveOrphanFiles(Operation):
         refuse_crossing_paths(self.name, ctx)
 
     def plan(self, ctx: OpContext) -> Plan:
-        shared = _shared(ctx)
+        try:
+            shared = _shared(ctx)
+        except SharingUnknownError as exc:
+            if not exc.unreadable:  # the catalog itself: a failure
+                raise
+            # Another table is broken, not this one: its own failure is the alert.
+            return Outcome.skip(
+                f"no file deleted: {exc}", unreadable_tables=list(exc.unreadable)
+            )
         older_than = ctx.now - ctx.settings.remove_orphan_files.retention_threshold
         # One listing of the folder against the manifests: usually nothing, and no Spark.
         candidates = orphan_candidates(ctx.table, older_than)
