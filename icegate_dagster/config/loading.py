@@ -37,7 +37,7 @@ EMBEDDED_DIR = ".icegate"
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
 #: The keys under ``maintain:`` that are IcegateConfig fields of their own.
-_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger")
+_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger", "history")
 #: Where a value from ``${VAR}`` counts as a secret (see ``IcegateConfig.secrets``).
 _SECRET_BLOCKS = ("catalog.", "spark.conf.", "wal.root", "maintain.locks.uri")
 
