@@ -3,7 +3,7 @@ deletes this code location's finished runs that ended longer ago, with their eve
 nothing else: not a recent run, not an unfinished one however old, not another code
 location's run (even of a job with the same name), not a run holding a table's latest
 materialization. Old runs are made by finishing real runs of a real instance under
-Dagster's own ``freeze_time`` (as the lease tests back-date files)."""
+Dagster's own ``freeze_time`` (as the orphan tests back-date files with ``os.utime``)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,9 @@ def _run(
     location: str | None = OURS,
     ended_days_ago: float | None,
     status: dg.DagsterRunStatus = dg.DagsterRunStatus.FAILURE,
-    tags: dict[str, str] | None = None,
 ) -> str:
-    """A run of ``job`` launched from ``location`` (None: in process), STARTED, then
-    finished ``ended_days_ago`` (None: still running) with ``status``."""
+    """A run of ``job`` launched from ``location`` (None: in process) that started 60 days
+    ago and finished ``ended_days_ago`` (None: still running) with ``status``."""
     run = instance.create_run_for_job(
         defs.resolve_job_def(job),
         remote_job_origin=_origin(location, job) if location else None,
@@ -56,22 +55,28 @@ def _run(
             if job == BATCH_JOB
             else None
         ),
-        tags=tags,
-        status=dg.DagsterRunStatus.STARTED,
     )
+    now = datetime.now(UTC)
+
+    def report(kind: dg.DagsterEventType) -> None:
+        event = dg.DagsterEvent(kind.value, job_name=job, message=kind.value)
+        instance.report_dagster_event(event, run_id=run.run_id)
+
+    with freeze_time(now - timedelta(days=60)):
+        report(dg.DagsterEventType.RUN_START)
     if ended_days_ago is not None:
-        with freeze_time(datetime.now(UTC) - timedelta(days=ended_days_ago)):
-            if status == dg.DagsterRunStatus.CANCELED:
-                instance.report_run_canceled(run)
-            elif status == dg.DagsterRunStatus.FAILURE:
-                instance.report_run_failed(run)
-            else:
-                instance.report_dagster_event(
-                    dg.DagsterEvent(
-                        dg.DagsterEventType.RUN_SUCCESS.value, job_name=job, message="done"
-                    ),
-                    run_id=run.run_id,
-                )
+        with freeze_time(now - timedelta(days=ended_days_ago)):
+            report(
+                {
+                    dg.DagsterRunStatus.CANCELED: dg.DagsterEventType.RUN_CANCELED,
+                    dg.DagsterRunStatus.FAILURE: dg.DagsterEventType.RUN_FAILURE,
+                    dg.DagsterRunStatus.SUCCESS: dg.DagsterEventType.RUN_SUCCESS,
+                }[status]
+            )
+    record = instance.get_run_record_by_id(run.run_id)
+    assert record is not None and record.dagster_run.status == (
+        status if ended_days_ago is not None else dg.DagsterRunStatus.STARTED
+    )
     return run.run_id
 
 
@@ -110,7 +115,7 @@ def test_old_finished_runs_of_this_code_location_are_deleted_and_nothing_else(
         status=dg.DagsterRunStatus.SUCCESS,
     )
     recent = _run(instance, "maintenance_batch_job", ended_days_ago=29)
-    old_started = _run(instance, "maintenance_batch_job", ended_days_ago=None)
+    old_started = _run(instance, "maintenance_batch_job", ended_days_ago=None)  # 60 days on
     theirs = _run(instance, "migrate_job", location=THEIRS, ended_days_ago=90)
     theirs_in_process = _run(instance, "migrate_job", location=None, ended_days_ago=90)
     holds_latest = _run(instance, "maintenance_job", ended_days_ago=50)
@@ -130,7 +135,6 @@ def test_old_finished_runs_of_this_code_location_are_deleted_and_nothing_else(
         holds_latest,
         superseded,
     )
-    # Dagster's own start of the run: STARTED long ago still is STARTED.
     assert _alive(instance, *everything) == set(everything)
 
     context = dg.SensorEvaluationContext(

@@ -20,7 +20,6 @@ from icegate_dagster.maintenance.orphans.candidates import (
     candidates_table,
     read_candidates,
     rewrite_rows,
-    without_old_resolved,
 )
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
@@ -255,18 +254,3 @@ def test_resolved_candidates_older_than_the_history_setting_are_dropped_pending_
     name = ref.spark_identifier(lh.config.catalog.name)
     queried = get_spark(lh.config).sql(f"SELECT path FROM {name}").collect()
     assert sorted(Path(r[0]).name for r in queried) == ["last-week.parquet", "orphan.parquet"]
-
-
-def test_pending_candidates_of_any_age_survive_the_history_rule() -> None:
-    now = datetime.now(UTC)
-    rows = [
-        _candidate("file:/a", "pending", 3650, None),
-        _candidate("file:/b", "deleted", 40, 31),
-        _candidate("file:/c", "changed", 40, 29),
-        {**_candidate("file:/d", "gone", 40, None)},  # resolved before resolved_at existed
-    ]
-
-    kept = without_old_resolved(rows, now - timedelta(days=30))
-
-    assert [r["path"] for r in kept] == ["file:/a", "file:/c", "file:/d"]
-    assert without_old_resolved(rows, None) == rows
