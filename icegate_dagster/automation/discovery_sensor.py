@@ -11,12 +11,15 @@ unfinished run or backfill still names wait until it is over.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import dagster as dg
 
 from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
 from icegate_dagster.automation.look import list_tables
+from icegate_dagster.automation.run_history import forget_old_runs
 from icegate_dagster.automation.runs import unfinished_run_targets
 from icegate_dagster.automation.tick import Tick
 from icegate_dagster.errors import describe_error
@@ -24,6 +27,8 @@ from icegate_dagster.maintenance import TableRef
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 
+#: The key of the sensor's cursor that says where the run history's pruning goes on.
+RUNS_CURSOR = "runs_after"
 #: Backfill statuses (``BulkActionStatus`` values) that may still launch runs.
 UNFINISHED_BACKFILLS = {"REQUESTED", "CANCELING", "FAILING"}
 
@@ -157,11 +162,47 @@ def discovery_tick(
         "dropped table stays a partition while an unfinished run names it as "
         "dagster/partition or lies in its range, or while a backfill of maintained_table is in "
         "progress (Dagster fails a whole run whose range start or end partition no longer "
-        "exists); the tick's skip reason names the tables kept and what holds them."
+        "exists); the tick's skip reason names the tables kept and what holds them. Each tick "
+        "also deletes, a bounded number at a time, this code location's finished runs older "
+        "than maintain.history.runs (never unfinished runs, other code locations' runs or a "
+        "run holding a table's latest materialization)."
     ),
 )
 def iceberg_table_discovery(
     context: dg.SensorEvaluationContext, lakehouse: LakehouseResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """See :func:`discovery_tick`."""
-    return discovery_tick(context, Tick.start(context, lakehouse))
+    """See :func:`discovery_tick`, then :func:`keep_run_history`."""
+    tick = Tick.start(context, lakehouse)
+    result = discovery_tick(context, tick)
+    keep_run_history(context, tick)
+    return result
+
+
+def keep_run_history(context: dg.SensorEvaluationContext, tick: Tick) -> None:
+    """Delete this code location's finished runs older than ``maintain.history.runs``
+    (see :mod:`~icegate_dagster.automation.run_history`), a bounded number per tick, going
+    on where the last tick stopped (the sensor's cursor). A failure is logged, never fatal."""
+    keep = tick.config.history.runs
+    if keep is None:
+        return
+    origin = context.code_location_origin
+    try:
+        cursor = json.loads(context.cursor).get(RUNS_CURSOR) if context.cursor else None
+    except (ValueError, AttributeError):
+        cursor = None
+    try:
+        # Dagster stamps a run's end with this host's clock: the cutoff is read from it too.
+        forgotten = forget_old_runs(
+            context.instance,
+            origin.location_name if origin is not None else None,
+            keep,
+            datetime.now(UTC),
+            cursor=cursor,
+            seconds_left=tick.left,
+        )
+    except Exception as exc:
+        context.log.warning(f"run history not pruned: {describe_error(exc, tick.scrub)}")
+        return
+    if forgotten.deleted:
+        context.log.info(forgotten.summary())
+    context.update_cursor(json.dumps({RUNS_CURSOR: forgotten.cursor}))

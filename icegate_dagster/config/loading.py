@@ -39,7 +39,7 @@ EMBEDDED_DIR = ".icegate"
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
 #: The keys under ``maintain:`` that are IcegateConfig fields of their own.
-_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger")
+_MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger", "history")
 #: The blocks whose keys are settings of their own: a ``${VAR}`` under a secret key there
 #: is a secret (see ``IcegateConfig.secrets``); where it appears decides nothing else.
 _SETTING_BLOCKS = ("catalog.", "spark.conf.")

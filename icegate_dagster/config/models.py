@@ -29,7 +29,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from icegate_dagster.config.values import Duration, Size, format_duration, validate_sort_order
+from icegate_dagster.config.values import (
+    Duration,
+    Size,
+    format_duration,
+    parse_duration,
+    validate_sort_order,
+)
 from icegate_dagster.errors import ConfigError
 
 DEFAULT_CATALOG_NAME = "icegate"
@@ -526,6 +532,66 @@ class LockSettings(_Settings):
         return None if value is None else _resolved(value, info)
 
 
+#: The shortest history ``maintain.history`` keeps: a day covers the daily schedule, the
+#: exporter's last look and the trigger's reading of the runs it asked for.
+MIN_HISTORY = timedelta(days=1)
+#: How ``maintain.history`` says "keep everything".
+KEEP_FOREVER = "forever"
+
+
+def _history_duration(value: object) -> object:
+    """A ``maintain.history`` value: ``forever`` (None: nothing deleted) or a duration of at
+    least :data:`MIN_HISTORY`."""
+    if value is None or value == KEEP_FOREVER:
+        return None
+    try:
+        duration = parse_duration(value)
+    except ValueError:
+        duration = None
+    if duration is None or duration < MIN_HISTORY:
+        raise _broken(
+            f"must be a duration of at least {format_duration(MIN_HISTORY)} (such as 30d) or "
+            f"`{KEEP_FOREVER}` to keep everything",
+            value=value,
+        )
+    return duration
+
+
+#: A ``maintain.history`` setting: how long to keep, None for ever.
+_KeepFor = Annotated[timedelta | None, BeforeValidator(_history_duration)]
+
+
+class HistorySettings(_Settings):
+    """What this project keeps of its own history, which would otherwise grow with time
+    (``maintain.history``): each value a duration of at least 1d, or `forever`."""
+
+    log: _KeepFor = Field(
+        default=timedelta(days=90),
+        description="rows of the maintenance log (`maintain.log_table`) older than this are "
+        "deleted by the log table's own upkeep at the end of a pass (Spark `DELETE` on "
+        "`executed_at`, an absolute instant), once its oldest row is a day past it, then "
+        "compacted and expired like the rest of its upkeep",
+        json_schema_extra=_bounds(MIN_HISTORY),
+    )
+    orphan_candidates: _KeepFor = Field(
+        default=timedelta(days=30),
+        description="resolved rows of the orphan candidates table (deleted, or kept as "
+        "`referenced`, `gone`, `younger`, `changed`) whose `resolved_at` is older than this "
+        "are dropped when their table's candidates are next collected or deleted; `pending` "
+        "rows are never dropped, whatever their age",
+        json_schema_extra=_bounds(MIN_HISTORY),
+    )
+    runs: _KeepFor = Field(
+        default=timedelta(days=30),
+        description="finished runs (success, failure, canceled) of this code location's "
+        "jobs that ended longer ago than this are deleted from the Dagster instance with "
+        "their events by `iceberg_table_discovery` (a bounded number per tick); unfinished "
+        "runs, other code locations' runs and a run holding a table's latest "
+        "materialization are kept",
+        json_schema_extra=_bounds(MIN_HISTORY),
+    )
+
+
 class RetentionSettings(_Settings):
     """TTL: rows whose ``column`` is older than ``days`` are deleted."""
 
@@ -712,6 +778,7 @@ class IcegateConfig(_Settings):
     )
     locks: LockSettings = LockSettings()
     trigger: TriggerSettings = TriggerSettings()
+    history: HistorySettings = HistorySettings()
     locks_fallback_uri: str | None = Field(
         default=None,
         description="the lease store when neither `maintain.locks.uri` nor a SQL catalog names one",
@@ -793,6 +860,7 @@ FILE_KEYS: dict[tuple[str | int, ...], str] = {
     ("parallel_tables",): "maintain.parallel_tables",
     ("locks",): "maintain.locks",
     ("trigger",): "maintain.trigger",
+    ("history",): "maintain.history",
     ("defaults",): "maintain",
     ("table_overrides",): "maintain.tables",
 }

@@ -226,7 +226,7 @@ class Maintainer:
     def settings(self, ref: TableRef) -> TableSettings:
         """The table's effective settings (the log table's own unless configured)."""
         if ref.key == self.config.log_table and ref.key not in self.config.table_overrides:
-            return upkeep.log_table_settings(self.config.defaults)
+            return upkeep.log_table_settings(self.config.defaults, self.config.history.log)
         return self.config.for_table(ref.key)
 
     def exclusion(self, ref: TableRef, table: Table) -> Exclusion:
@@ -549,10 +549,17 @@ class Maintainer:
         is due for; an absent log table needs nothing."""
         ref = self.log_table
         try:
-            stats = self.stats(ref)
+            table = self.load(ref)
+            stats = self.stats(ref, table)
         except TableNotFoundError:
             return []
-        return [self.run_op(ref, operation) for operation in upkeep.due_operations(stats)]
+        rule = self.settings(ref).retention
+        try:
+            history_due = upkeep.rows_past_history(table, rule, datetime.now(UTC)) is not None
+        except Exception:  # unreadable bounds: the retention operation finds out itself
+            history_due = rule is not None
+        due = upkeep.due_operations(stats, history_due)
+        return [self.run_op(ref, operation) for operation in due]
 
     def rollback(self, ref: TableRef, snapshot_id: int) -> TableResult:
         """Roll ``ref`` back to one of its snapshots (``rollback_to_snapshot``), logged."""

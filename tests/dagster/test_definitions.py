@@ -139,3 +139,18 @@ def test_shipped_dagster_yaml_limits_runs_not_steps() -> None:
             assert config.pool_config.pool_granularity is not None
             assert config.pool_config.pool_granularity.value == "run"
             assert instance.run_monitoring_enabled
+
+
+def test_shipped_dagster_yaml_bounds_the_tick_history() -> None:
+    """Dagster keeps successful schedule and sensor ticks forever unless told: the shipped
+    instances purge every kind of tick (runs: maintain.history.runs, test_run_history)."""
+    from dagster._core.definitions.run_request import InstigatorType
+    from dagster._core.scheduler.instigation import TickStatus
+
+    for path in (REPO / "dagster.yaml", REPO / "deploy" / "dagster.yaml"):
+        retention = yaml.safe_load(path.read_text())["retention"]
+        with dg.instance_for_test(overrides={"retention": retention}) as instance:
+            for kind in (InstigatorType.SCHEDULE, InstigatorType.SENSOR):
+                days = instance.get_tick_retention_settings(kind)
+                assert set(days) >= {TickStatus.SUCCESS, TickStatus.SKIPPED}, (path, kind)
+                assert all(0 < kept <= 30 for kept in days.values()), (path, kind, days)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,11 @@ import pytest
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.ops.deferred_orphans import CollectOrphans, DeleteCollectedOrphans
-from icegate_dagster.maintenance.orphans.candidates import candidates_table, read_candidates
+from icegate_dagster.maintenance.orphans.candidates import (
+    candidates_table,
+    read_candidates,
+    rewrite_rows,
+)
 from icegate_dagster.spark_session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
@@ -189,3 +193,64 @@ def test_deferred_deletion_is_an_operation_with_the_dry_run_of_every_other(
     assert deleted.ok and not orphan.exists()
     assert _statuses(lh) == {orphan: "deleted"}
     assert logged() == [("remove_orphan_files", "completed")]
+
+
+def _candidate(path: str, status: str, collected_days: int, resolved_days: int | None) -> Any:
+    now = datetime.now(UTC)
+    return {
+        "table_name": TABLE,
+        "path": path,
+        "size_bytes": 1,
+        "modified_at": now - timedelta(days=collected_days + 8),
+        "age_s": 8 * 86400,
+        "collected_at": now - timedelta(days=collected_days),
+        "run_id": "earlier",
+        "status": status,
+        "reason": status,
+        "resolved_at": None if resolved_days is None else now - timedelta(days=resolved_days),
+        "resolved_run_id": None if resolved_days is None else "earlier",
+    }
+
+
+def test_resolved_candidates_older_than_the_history_setting_are_dropped_pending_ones_kept(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``maintain.history.orphan_candidates`` (here 10d): resolved rows resolved longer ago
+    are dropped when the table's candidates are next deleted or collected; newer resolved
+    rows stay, and a pending row is never dropped, however old (an operator may not have
+    deleted collected candidates for a year)."""
+    lh = lakehouse_factory(maintain={"history": {"orphan_candidates": "10d"}})
+    lh.add_table(TABLE, appends=2)
+    orphan = lh.plant_file(TABLE, "orphan.parquet", MONTH)
+    ref = candidates_table(lh.config)
+    earlier = [
+        _candidate("file:/gone/long-ago.parquet", "deleted", 400, 399),
+        _candidate("file:/gone/last-month.parquet", "gone", 40, 30),
+        _candidate("file:/kept/last-week.parquet", "referenced", 8, 7),
+    ]
+    rewrite_rows(lh.catalog, ref, TABLE, lambda old: earlier)
+    assert _cli(lh, capsys, "--collect")[0] == 0
+    # Collecting kept no old resolved row; its pending rows stay whatever their age.
+    assert {p.name: s for p, s in _statuses(lh).items()} == {
+        "last-week.parquet": "referenced",
+        "orphan.parquet": "pending",
+    }
+    rewrite_rows(
+        lh.catalog,
+        ref,
+        TABLE,
+        lambda old: [
+            {**r, "collected_at": r["collected_at"] - timedelta(days=365)} for r in old
+        ]
+        + earlier[:2],
+    )
+
+    code, done = _cli(lh, capsys, "--delete-collected")
+
+    assert code == 0, done
+    assert not orphan.exists()
+    statuses = {p.name: s for p, s in _statuses(lh).items()}
+    assert statuses == {"last-week.parquet": "referenced", "orphan.parquet": "deleted"}
+    name = ref.spark_identifier(lh.config.catalog.name)
+    queried = get_spark(lh.config).sql(f"SELECT path FROM {name}").collect()
+    assert sorted(Path(r[0]).name for r in queried) == ["last-week.parquet", "orphan.parquet"]

@@ -11,7 +11,11 @@ anew, or a commit that deleted or overwrote rows), the whole log is read again (
 ``table_name``, ``operation``, ``status``, ``details``, ``duration_ms``, ``executed_at``),
 so the totals are always the sums over the log's rows: a restarted process gives the same
 values. ``replace`` snapshots (the log's own compaction and manifest rewrites) move rows
-without changing them and are skipped.
+without changing them and are skipped; so are the snapshots of the log's history rule
+(``maintain.history.log``), ``delete`` or ``overwrite`` snapshots that add no more rows
+than they delete: the totals count every row the process has seen, so a counter never
+goes down while it lives, and a restarted process starts from the rows the log still
+holds (as any restarted exporter's counters do).
 
 The figures come from the ``details`` text the operations write (``rewrote 12 data files
 (1234 bytes) into 1``, ``ingested 5 WAL files (500 rows) ...``, ``removed 3 orphan files
@@ -267,6 +271,17 @@ class TotalsView:
         return {op: value for (name, op), value in self.totals.items() if name == table}
 
 
+def _removes_rows_only(snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` only deleted rows (the history rule's ``DELETE``: a ``delete``,
+    or a copy-on-write ``overwrite`` that wrote back fewer rows than it removed)."""
+    summary = snapshot.summary
+    if summary is None or summary.operation.value not in ("delete", "overwrite"):
+        return False
+    added = int(summary.get("added-records", 0) or 0)
+    deleted = int(summary.get("deleted-records", 0) or 0)
+    return deleted > 0 and added < deleted
+
+
 class LogTotals:
     """The log table's totals, refreshed incrementally (see the module docstring)."""
 
@@ -340,7 +355,7 @@ class LogTotals:
         snapshot: Snapshot | None = current
         while snapshot is not None and snapshot.snapshot_id != self._snapshot_id:
             operation = snapshot.summary.operation.value if snapshot.summary else "append"
-            if operation not in ("append", "replace"):
+            if operation not in ("append", "replace") and not _removes_rows_only(snapshot):
                 return None
             found.append(snapshot)
             parent = snapshot.parent_snapshot_id

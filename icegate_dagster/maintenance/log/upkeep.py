@@ -1,18 +1,21 @@
 """The log table's own upkeep: every pass appends to it, so it would rot like any table.
 
-Its small files, snapshots and manifests are compacted, expired and rewritten once they
-pass bounds, planned from metadata (most passes start no Spark job for it). Its
-outcomes are returned, not logged into itself.
+Its rows older than ``maintain.history.log`` are deleted (the ``retention`` operation on
+``executed_at``, an absolute instant), and its small files, snapshots and manifests are
+compacted, expired and rewritten once they pass bounds, all planned from metadata (most
+passes start no Spark job for it). Its outcomes are returned, not logged into itself.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from icegate_dagster.config import TableSettings
+from icegate_dagster.config import RetentionSettings, TableSettings
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from icegate_dagster.maintenance.results import TableStats
 
 #: The log table keeps this many snapshots; it is expired once it has twice as many.
@@ -20,14 +23,28 @@ LOG_TABLE_SNAPSHOTS = 20
 #: Small log files compacted together, and manifests above which they are rewritten.
 LOG_TABLE_SMALL_FILES = 20
 LOG_TABLE_MAX_MANIFESTS = 20
+#: The log's time column, which its history rule compares with the cutoff.
+LOG_TIME_COLUMN = "executed_at"
+#: Rows are deleted once the oldest is this far past the rule: a delete rewrites the log's
+#: files (and makes the exporter read its rows again), so once a day, not at every pass.
+LOG_RETENTION_SLACK = timedelta(days=1)
 
 
-def log_table_settings(defaults: TableSettings) -> TableSettings:
+def log_history_rule(keep: timedelta | None) -> RetentionSettings | None:
+    """The log's TTL rule for ``maintain.history.log`` (None: kept forever), in whole days
+    (the TTL rule's unit; a part of a day is dropped)."""
+    if keep is None:
+        return None
+    return RetentionSettings(days=max(1, keep.days), column=LOG_TIME_COLUMN)
+
+
+def log_table_settings(defaults: TableSettings, keep: timedelta | None = None) -> TableSettings:
     """Nobody time-travels the log table, so it keeps its last ``LOG_TABLE_SNAPSHOTS``
-    snapshots whatever their age, and compacts its one-file appends in groups of
-    ``LOG_TABLE_SMALL_FILES`` (``maintain.tables.<log table>`` overrides all of this).
-    Every pass appends to it, so ``maintain.enabled: false`` does not stop its upkeep
-    (only its own entry, or its ``icegate.maintenance.enabled`` property, does)."""
+    snapshots whatever their age, compacts its one-file appends in groups of
+    ``LOG_TABLE_SMALL_FILES``, and keeps its rows for ``keep`` (``maintain.history.log``)
+    (``maintain.tables.<log table>`` overrides all of this). Every pass appends to it, so
+    ``maintain.enabled: false`` does not stop its upkeep (only its own entry, or its
+    ``icegate.maintenance.enabled`` property, does)."""
     return defaults.model_copy(
         update={
             "enabled": True,
@@ -40,15 +57,33 @@ def log_table_settings(defaults: TableSettings) -> TableSettings:
                     "retain_last": LOG_TABLE_SNAPSHOTS,
                 }
             ),
-            "retention": None,
+            "retention": log_history_rule(keep),
         }
     )
 
 
-def due_operations(stats: TableStats) -> list[str]:
+def rows_past_history(
+    table: Table, rule: RetentionSettings | None, now: datetime
+) -> datetime | None:
+    """The cutoff of ``rule`` when the log holds a row older than it by more than
+    :data:`LOG_RETENTION_SLACK`, read from its files' column bounds (no rows, no JVM);
+    None when nothing is due."""
+    from pyiceberg.expressions import LessThan
+
+    if rule is None or table.current_snapshot() is None:
+        return None
+    cutoff = now - timedelta(days=rule.days)
+    bound = (cutoff - LOG_RETENTION_SLACK).isoformat()
+    # pyiceberg's runtime signature is (term, literal); its pydantic stub hides that from mypy.
+    old = LessThan(rule.column, bound)  # type: ignore[call-arg,arg-type]
+    return cutoff if any(True for _ in table.scan(row_filter=old).plan_files()) else None
+
+
+def due_operations(stats: TableStats, history_due: bool = False) -> list[str]:
     """The operations the log table is due for, in pass order (orphan removal is planned
-    from one listing when it runs, so it is usually skipped then)."""
-    due = []
+    from one listing when it runs, so it is usually skipped then); ``retention`` first when
+    :func:`rows_past_history` found rows to delete."""
+    due = ["retention"] if history_due else []
     if stats.compactable_files:
         due.append("optimize")
     if stats.manifests > LOG_TABLE_MAX_MANIFESTS:

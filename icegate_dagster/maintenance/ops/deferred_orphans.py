@@ -37,6 +37,7 @@ from icegate_dagster.maintenance.orphans.candidates import (
     pending_rows,
     read_candidates,
     resolve_rows,
+    resolved_cutoff,
     rewrite_rows,
     stat_files,
     triage,
@@ -52,6 +53,11 @@ _REMOVE = RemoveOrphanFiles()
 
 def _floor(ctx: OpContext) -> datetime:
     return ctx.now - ctx.settings.remove_orphan_files.retention_threshold
+
+
+def _history_cutoff(ctx: OpContext) -> datetime | None:
+    # Resolved candidates older than maintain.history.orphan_candidates are dropped.
+    return resolved_cutoff(ctx.config.history.orphan_candidates, ctx.now)
 
 
 def _catalog(ctx: OpContext) -> Catalog:
@@ -113,7 +119,7 @@ class CollectOrphans(Operation):
             figures["replaced"] = len(old) - len(kept)
             return kept + rows
 
-        rewrite_rows(_catalog(ctx), target, ctx.ref.key, replace)
+        rewrite_rows(_catalog(ctx), target, ctx.ref.key, replace, _history_cutoff(ctx))
         replaced = figures["replaced"]
         return Outcome.done(
             f"collected {len(candidates)} orphan candidates ({size} bytes) {older} into "
@@ -209,6 +215,7 @@ class DeleteCollectedOrphans(Operation):
                 target,
                 ctx.ref.key,
                 lambda old: resolve_rows(old, fate, collections, resolved_at, ctx.run_id),
+                _history_cutoff(ctx),
             )
         except Exception as exc:
             problems.append(f"cannot record the outcome in {target.key}: {_describe(ctx, exc)}")

@@ -6,13 +6,17 @@ query them and veto one by deleting its row. Deleting them later asks Iceberg ag
 deletes only the candidates it still lists, unchanged since they were collected; every
 other candidate is kept, and its row says why (``referenced``, ``gone``, ``younger``,
 ``changed``). The operations are in :mod:`~icegate_dagster.maintenance.ops.deferred_orphans`.
+
+Resolved rows are history: those resolved longer ago than ``maintain.history.orphan_candidates``
+are dropped when their table's rows are next rewritten (collecting or deleting); ``pending``
+rows are never dropped by age.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from icegate_dagster.maintenance.discovery import normalize_location
@@ -120,8 +124,32 @@ def read_candidates(catalog: Catalog, ref: TableRef, table: str | None = None) -
     return rows
 
 
-def rewrite_rows(catalog: Catalog, ref: TableRef, key: str, change: Callable[[Rows], Rows]) -> None:
-    """Replace table ``key``'s rows of the candidates table by ``change(rows)``, in one
+def resolved_cutoff(keep: timedelta | None, now: datetime) -> datetime | None:
+    """Resolved rows resolved before this instant are dropped (None: kept forever)."""
+    return None if keep is None else now - keep
+
+
+def without_old_resolved(rows: Rows, cutoff: datetime | None) -> Rows:
+    """``rows`` less the resolved ones whose ``resolved_at`` is before ``cutoff``; a
+    ``pending`` row stays whatever its age, and so does a row with no ``resolved_at``."""
+    if cutoff is None:
+        return rows
+    return [
+        row
+        for row in rows
+        if row["status"] == "pending" or row["resolved_at"] is None or row["resolved_at"] >= cutoff
+    ]
+
+
+def rewrite_rows(
+    catalog: Catalog,
+    ref: TableRef,
+    key: str,
+    change: Callable[[Rows], Rows],
+    resolved_before: datetime | None = None,
+) -> None:
+    """Replace table ``key``'s rows of the candidates table by ``change(rows)``, less the
+    rows resolved before ``resolved_before`` (see :func:`without_old_resolved`), in one
     commit; re-read and redone when another writer committed first. The whole partition
     is rewritten, so it stays one file whatever the history."""
     import pyarrow as pa
@@ -131,7 +159,7 @@ def rewrite_rows(catalog: Catalog, ref: TableRef, key: str, change: Callable[[Ro
         with attempt:
             table = catalog.load_table(ref.identifier)
             old = table.scan(row_filter=_table_filter(key)).to_arrow().to_pylist()
-            new = change(old)
+            new = without_old_resolved(change(old), resolved_before)
             if not old and not new:
                 return
             frame = pa.Table.from_pylist(new, schema=table.schema().as_arrow())
