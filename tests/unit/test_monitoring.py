@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
+import urllib.request
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +29,7 @@ from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.monitoring.metrics import render
+from icegate_dagster.monitoring.serving import BoundedHTTPServer, PrereadHandler
 from icegate_dagster.monitoring.snapshot import Snapshot, SourceState, TableFigures
 from tests.lakehouse import make_lakehouse
 from tests.servers import free_port
@@ -304,3 +307,74 @@ def test_serve_refuses_bad_options_naming_them(
     with socket.create_server(("127.0.0.1", port)):
         assert run_cli(["serve", "--config", config, "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_serve_refuses_credentials_it_cannot_use_without_showing_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake = make_lakehouse(tmp_path / "lake")
+    config = str(lake.config_path)
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH", "no-colon-s3cret")
+    assert run_cli(["serve", "--config", config]) == 2
+    err = capsys.readouterr().err
+    assert "ICEGATE_SERVE_BASIC_AUTH must hold user:password" in err
+    assert "no-colon-s3cret" not in err
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH", "user:s3cret")
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH_FILE", str(tmp_path / "nope"))
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "not both" in capsys.readouterr().err
+    monkeypatch.delenv("ICEGATE_SERVE_BASIC_AUTH")
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "ICEGATE_SERVE_BASIC_AUTH_FILE = " in capsys.readouterr().err
+    (tmp_path / "empty").write_text("")
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH_FILE", str(tmp_path / "empty"))
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "must hold user:password" in capsys.readouterr().err
+
+
+class _Hello(PrereadHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closes ``sock`` (end of stream, or a reset) within 10 s."""
+    sock.settimeout(10)
+    try:
+        return sock.recv(10) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_full_listener_closes_the_oldest_half_sent_connection_for_a_new_one() -> None:
+    """At its connection limit the listener makes room by closing the connection that has
+    waited longest without sending its request: a real request is still answered."""
+    server = BoundedHTTPServer(("127.0.0.1", 0), _Hello, max_connections=20, head_timeout_s=600)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    held = []
+    try:
+        for _ in range(40):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(b"GET / HTTP/1.1\r\n")
+            held.append(sock)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.read() == b"hello\n"
+        # The oldest were closed (not the 600 s head limit: room for newer ones).
+        assert _closed_by_peer(held[0])
+        # A complete request on one of the newest is answered.
+        held[-1].sendall(b"\r\n")
+        held[-1].settimeout(10)
+        assert held[-1].recv(100).startswith(b"HTTP/1.0 200")
+    finally:
+        for sock in held:
+            sock.close()
+        server.shutdown()
+        server.server_close()
