@@ -504,8 +504,12 @@ class ExporterState:
     refresh_errors: int
 
 
-def render_live(state: ExporterState, now: float | None = None) -> bytes:
-    """The few figures rendered at each scrape: the snapshot's age and the refresh counts."""
+def render_live(
+    state: ExporterState, now: float | None = None, *, age_s: float | None = None
+) -> bytes:
+    """The few figures rendered at each scrape: the snapshot's age (``age_s`` where the
+    caller measured it on one clock, else ``now`` minus its ``taken_at``) and the refresh
+    counts."""
     moment = time.time() if now is None else now
 
     class _Live(Collector):
@@ -514,7 +518,7 @@ def render_live(state: ExporterState, now: float | None = None) -> bytes:
                 yield GaugeMetricFamily(
                     "icegate_exporter_snapshot_age_seconds",
                     "Seconds since the figures of this scrape were gathered",
-                    value=max(0.0, moment - state.taken_at),
+                    value=age_s if age_s is not None else max(0.0, moment - state.taken_at),
                 )
             yield CounterMetricFamily(
                 "icegate_exporter_refreshes",

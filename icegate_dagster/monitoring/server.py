@@ -80,6 +80,11 @@ class Exporter:
         self._thread: threading.Thread | None = None
         self.started = time.monotonic()
         self.snapshot: Snapshot | None = None
+        #: When the latest snapshot's gathering started, by this process's monotonic clock:
+        #: its age is judged by that one clock. Its ``taken_at`` is the lease store's
+        #: database clock (the trigger's memory's times), which may be minutes off this
+        #: host's.
+        self.taken_mono: float | None = None
         self.body = b""
         self.body_gz = b""
         self.state = ExporterState(None, 0, 0)
@@ -90,6 +95,7 @@ class Exporter:
 
     def refresh(self) -> Snapshot | None:
         """Gather and render once; the new snapshot (None when the refresh failed)."""
+        started = time.monotonic()
         try:
             snapshot = self.gatherer.gather()
             body = render(snapshot)
@@ -104,6 +110,7 @@ class Exporter:
             return None
         with self._lock:
             self.snapshot, self.body, self.body_gz = snapshot, body, body_gz
+            self.taken_mono = started
             self.state.taken_at = snapshot.taken_at
             self.state.refreshes += 1
             self.last_error = None
@@ -142,17 +149,25 @@ class Exporter:
 
     # -- answers -------------------------------------------------------------------------------
 
+    def snapshot_age(self) -> float | None:
+        """Seconds since the latest snapshot's gathering started (None: none yet), by this
+        process's monotonic clock: no clock skew between hosts or with the database, nor a
+        step of this host's clock, changes it."""
+        with self._lock:
+            taken = self.taken_mono
+        return None if taken is None else max(0.0, time.monotonic() - taken)
+
     def freshness(self) -> tuple[bool, str | None, dict[str, Any]]:
         """Whether the figures are fresh enough (``/health``'s ``metrics`` check)."""
         limit = STALE_PERIODS * self.max_age_s + STALE_GRACE_S
         with self._lock:
             snapshot, error = self.snapshot, self.last_error
-        if snapshot is None:
+        age = self.snapshot_age()
+        if snapshot is None or age is None:
             waited = time.monotonic() - self.started
             if waited <= limit:
                 return True, None, {"first_refresh": "in progress"}
             return False, f"no figures gathered in {waited:.0f} s (last error: {error})", {}
-        age = max(0.0, time.time() - snapshot.taken_at)
         detail = {"age_seconds": round(age, 1), "tables": len(snapshot.tables)}
         if age > limit:
             return False, f"the figures are {age:.0f} s old (last error: {error})", detail
@@ -162,9 +177,10 @@ class Exporter:
         """``/metrics``: the latest rendering plus the live figures."""
         with self._lock:
             body = self.body_gz if gzip_ok else self.body
-            live = render_live(
-                ExporterState(self.state.taken_at, self.state.refreshes, self.state.refresh_errors)
+            state = ExporterState(
+                self.state.taken_at, self.state.refreshes, self.state.refresh_errors
             )
+        live = render_live(state, age_s=self.snapshot_age())
         # Concatenated gzip members are one valid gzip stream.
         return body + (gzip.compress(live, compresslevel=1) if gzip_ok else live)
 
@@ -182,7 +198,7 @@ class Exporter:
         ]
         document: dict[str, Any] = {
             "taken_at": iso(snapshot.taken_at),
-            "age_seconds": round(max(0.0, time.time() - snapshot.taken_at), 1),
+            "age_seconds": round(self.snapshot_age() or 0.0, 1),
             "wal_root": scrub(self.config.wal_root, self.config) if self.config.wal_root else None,
             "tables": rows,
         }

@@ -5,10 +5,14 @@ refusals of bad options. No JVM: pyiceberg writes the log rows."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sqlite3
 import subprocess
 import threading
+import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,12 +27,15 @@ from icegate_dagster.config import HealthCheckSettings
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import DueOperation
 from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.log.totals import LogTotals, aggregate, human_bytes
 from icegate_dagster.maintenance.log.writer import append_log_rows_without_spark, ensure_log_table
 from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.monitoring.metrics import render
+from icegate_dagster.monitoring.probes import health_document
+from icegate_dagster.monitoring.server import Exporter
 from icegate_dagster.monitoring.serving import BoundedHTTPServer, PrereadHandler
 from icegate_dagster.monitoring.snapshot import Snapshot, SourceState, TableFigures
 from tests.lakehouse import make_lakehouse
@@ -378,3 +385,66 @@ def test_a_full_listener_closes_the_oldest_half_sent_connection_for_a_new_one() 
             sock.close()
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def _database_clock_off_by(engine: Any, seconds: float) -> Iterator[None]:
+    """Every connection of ``engine`` (SQLite) reads a clock ``seconds`` off this host's,
+    as a database server with a skewed clock gives: SQLite's ``julianday('now')``, the
+    store's clock (``sql_store.db_now``), replaced by the real one plus ``seconds``."""
+    from sqlalchemy import event
+
+    real = sqlite3.connect(":memory:", check_same_thread=False)
+    lock = threading.Lock()
+
+    def julianday(*args: Any) -> float | None:
+        marks = ", ".join("?" for _ in args)
+        with lock:
+            value = real.execute(f"SELECT julianday({marks})", args).fetchone()[0]
+        if value is not None and args[:1] == ("now",):
+            return float(value) + seconds / 86400.0
+        return value
+
+    def skew(connection: Any, record: Any) -> None:
+        connection.create_function("julianday", -1, julianday)
+
+    event.listen(engine, "connect", skew)
+    engine.dispose()  # connections made before read the true clock
+    try:
+        yield
+    finally:
+        event.remove(engine, "connect", skew)
+        engine.dispose()
+        real.close()
+
+
+@pytest.mark.parametrize("skew_s", [-600.0, 600.0])
+def test_figures_stamped_by_a_skewed_database_clock_are_judged_fresh(
+    tmp_path: Path, skew_s: float
+) -> None:
+    """The lease store's database runs 10 minutes behind (or ahead of) the exporter's
+    host: figures just gathered are fresh (``/health`` 200), and their age at a scrape and
+    in ``/status/compaction`` is seconds, not the skew."""
+    lake = make_lakehouse(tmp_path / "lake")
+    lake.add_table("lakehouse.one", appends=1)
+    exporter = Exporter(lake.config, max_age_s=1.0)
+    locks = lease_store(lake.config, exporter.gatherer.maintainer.catalog)
+    assert locks is not None
+    try:
+        with _database_clock_off_by(locks.engine, skew_s):
+            snapshot = exporter.refresh()
+            assert snapshot is not None, exporter.last_error
+            # Stamped by the database's clock, as the trigger's memory's times are.
+            assert abs(snapshot.taken_at - (time.time() + skew_s)) < 60
+            status, document = health_document(exporter.probes.run())
+            assert status == 200, document
+            assert document["checks"]["metrics"]["age_seconds"] < 60
+            live = {
+                s.name: s.value
+                for f in text_string_to_metric_families(exporter.metrics(False).decode())
+                for s in f.samples
+            }
+            assert 0 <= live["icegate_exporter_snapshot_age_seconds"] < 60
+            assert 0 <= exporter.compaction_status(None)["age_seconds"] < 60
+    finally:
+        exporter.stop()
