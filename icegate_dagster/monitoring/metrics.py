@@ -236,7 +236,9 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
     ),
 )
 
-#: Counters summed from the log: family -> (help, operations it is kept for, figure).
+#: Counters summed from the log rows appended since the exporter started (Prometheus'
+#: counters start at 0 with their process): family -> (help, operations it is kept for,
+#: figure).
 COUNTERS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("icegate_files_rewritten", "Files rewritten by compaction", REWRITES, "files_rewritten"),
     ("icegate_bytes_rewritten", "Bytes rewritten by compaction", REWRITES, "bytes_rewritten"),
@@ -400,17 +402,19 @@ class SnapshotCollector(Collector):
             yield family
         seconds = CounterMetricFamily(
             "icegate_maintenance_run_seconds",
-            "Seconds spent in the operation on the table, summed over the maintenance log",
+            "Seconds spent in the operation on the table, summed over the maintenance log rows "
+            "since the exporter started",
             labels=OP_LABELS,
         )
         runs = CounterMetricFamily(
             "icegate_maintenance_operations",
-            "Log rows of the operation on the table (one per attempt)",
+            "Log rows of the operation on the table (one per attempt) since the exporter started",
             labels=OP_LABELS,
         )
         failed = CounterMetricFamily(
             "icegate_maintenance_failures",
-            "Failed attempts of the operation on the table (log rows with status failed)",
+            "Failed attempts of the operation on the table (log rows with status failed) since "
+            "the exporter started",
             labels=OP_LABELS,
         )
         for t in tables:
@@ -470,7 +474,8 @@ class SnapshotCollector(Collector):
             )
             yield CounterMetricFamily(
                 "icegate_exporter_log_full_reads",
-                "Times this process read the whole maintenance log",
+                "Times this process read the maintenance log beyond its appended files (at its "
+                "start, the last week of it; a log table made anew, in full)",
                 value=float(snapshot.log.full_reads),
             )
 

@@ -12,8 +12,9 @@ Where each part comes from, and what a refresh costs (``N`` tables):
 - **the WAL backlog**: one recursive listing of ``wal.root``;
 - **what each operation did last**: the trigger's memory (one query for every table's
   row, one for every operation's), and the live leases (one query);
-- **the counters**: the maintenance log's totals (``maintenance.log.totals``), read
-  incrementally (the data files appended since the last refresh);
+- **the counters**: the maintenance log's totals (``maintenance.log.totals``): the data
+  files appended since the last refresh, counted from the exporter's start (which reads
+  only the last week of the log, for each table and operation's latest run);
 - **the Dagster instance** (when configured): the daemons' heartbeats (one query).
 
 A part that cannot be read keeps its previous values, and the source is reported down

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +28,12 @@ from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import DueOperation
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.leases.holder import lease_store
-from icegate_dagster.maintenance.log.totals import LogTotals, aggregate, human_bytes
+from icegate_dagster.maintenance.log.totals import (
+    LogTotals,
+    OperationTotals,
+    aggregate,
+    human_bytes,
+)
 from icegate_dagster.maintenance.log.writer import append_log_rows_without_spark, ensure_log_table
 from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook
@@ -162,30 +167,42 @@ def test_the_log_adds_up_per_table_and_operation() -> None:
 _COLUMNS = {"table_name", "operation", "status", "details", "duration_ms", "executed_at"}
 
 
-def test_the_log_is_read_incrementally_and_a_restart_gives_the_same_totals(
-    tmp_path: Path,
-) -> None:
-    """Appends are read alone; a deleting commit, or an expired snapshot read last, makes
-    the next refresh read the whole log; a new process (a restart) gets the same totals."""
+def _latest(totals: Mapping[tuple[str, str], OperationTotals]) -> dict[Any, Any]:
+    return {
+        key: (v.last_at, v.last_status, v.last_duration_ms, v.last_details)
+        for key, v in totals.items()
+    }
+
+
+def test_the_log_is_counted_from_the_start_and_read_incrementally(tmp_path: Path) -> None:
+    """Appends are read alone and counted; a restart counts from 0 again (as Prometheus
+    expects of a counter) but knows each table and operation's latest run; rows deleted from
+    the log, or the snapshot read last expired, never lower the counters; a log table made
+    anew is counted in full."""
     lake = make_lakehouse(tmp_path / "lake")
     ref = TableRef.parse(lake.config.log_table)
     ensure_log_table(lake.catalog, ref)
-    totals = LogTotals(lambda: lake.catalog, ref)
+    clock = (T0 + timedelta(days=3)).timestamp  # the rows are within a week of it
+    totals = LogTotals(lambda: lake.catalog, ref, wall_clock=clock)
     assert totals.refresh().totals == {}  # no rows yet
     append_log_rows_without_spark(lake.catalog, ref, ROWS[:4])
     first = totals.refresh()
-    assert (first.rows_read, first.full_reads) == (4, 1)
+    assert (first.rows_read, first.full_reads) == (4, 0)
     for start in range(4, len(ROWS), 3):  # three more commits
         append_log_rows_without_spark(lake.catalog, ref, ROWS[start : start + 3])
     later = totals.refresh()
-    assert (later.rows_read, later.full_reads) == (len(ROWS), 1)  # only the new rows
+    assert (later.rows_read, later.full_reads) == (len(ROWS), 0)  # only the new rows
     everything = aggregate(_table([{k: r[k] for k in r if k in _COLUMNS} for r in ROWS]))
     assert later.totals == everything
-    restarted = LogTotals(lambda: lake.catalog, ref).refresh()
-    assert restarted.totals == everything and restarted.full_reads == 1
     assert totals.refresh().rows_read == len(ROWS)  # nothing new: nothing read
 
-    # The snapshot read last expired: the walk cannot reach it, the whole log is read.
+    # A restart: the latest run of each, no counts.
+    restarted = LogTotals(lambda: lake.catalog, ref, wall_clock=clock).refresh()
+    assert restarted.full_reads == 1
+    assert _latest(restarted.totals) == _latest(everything)
+    assert all(v.rows == 0 and not v.figures for v in restarted.totals.values())
+
+    # The snapshot read last expired: the commits after it are read still.
     table = lake.catalog.load_table(ref.identifier)
     read_last = table.current_snapshot()
     assert read_last is not None
@@ -193,17 +210,25 @@ def test_the_log_is_read_incrementally_and_a_restart_gives_the_same_totals(
     table = lake.catalog.load_table(ref.identifier)
     table.maintenance.expire_snapshots().by_id(read_last.snapshot_id).commit()
     again = totals.refresh()
-    assert again.full_reads == 2
     assert again.totals[("ns.a", "optimize")].rows == 4
+    assert again.rows_read == len(ROWS) + 1
 
-    # Rows deleted from the log: read again in full; the totals follow the log's rows.
+    # Rows deleted from the log (a retention on it): the counters do not go down.
     from pyiceberg.expressions import EqualTo
 
     table = lake.catalog.load_table(ref.identifier)
     table.delete(EqualTo("table_name", "ns.b"))  # type: ignore[call-arg,arg-type]
     after_delete = totals.refresh()
-    assert after_delete.full_reads == 3
-    assert ("ns.b", "optimize") not in after_delete.totals
+    assert after_delete.totals[("ns.b", "optimize")].rows == 1
+    assert after_delete.rows_read == len(ROWS) + 1  # a delete adds nothing to read
+
+    # The log made anew: its rows are new, all counted.
+    lake.catalog.drop_table(ref.identifier)
+    ensure_log_table(lake.catalog, ref)
+    append_log_rows_without_spark(lake.catalog, ref, ROWS[:2])
+    anew = totals.refresh()
+    assert anew.totals[("ns.a", "optimize")].rows == 4 + 2
+    assert anew.rows_read == len(ROWS) + 1 + 2
 
 
 def _figures(**changes: Any) -> TableFigures:
@@ -448,3 +473,45 @@ def test_figures_stamped_by_a_skewed_database_clock_are_judged_fresh(
             assert 0 <= exporter.compaction_status(None)["age_seconds"] < 60
     finally:
         exporter.stop()
+
+
+def test_a_start_reads_the_last_week_of_the_log_not_all_of_it(tmp_path: Path) -> None:
+    """A log of 120 days (a commit a day): a new process (a restart) reads only the data
+    files of the last week, for each table and operation's latest run; what is appended
+    after it started is read alone and counted."""
+    lake = make_lakehouse(tmp_path / "lake")
+    ref = TableRef.parse(lake.config.log_table)
+    ensure_log_table(lake.catalog, ref)
+    today = datetime.now(UTC).replace(microsecond=0)
+    days = 120
+    for age in range(days, 0, -1):
+        at = today - timedelta(days=age)
+        append_log_rows_without_spark(
+            lake.catalog,
+            ref,
+            [
+                _row("ns.a", "optimize", "completed", DETAILS["optimize"], age, at),
+                _row("ns.b", "optimize", "failed", "boom", age, at),
+            ],
+        )
+    started = LogTotals(lambda: lake.catalog, ref)
+    view = started.refresh()
+    assert view.rows_read <= 2 * 8, f"{view.rows_read} rows read at start, of {2 * days}"
+    assert started.files_read <= 8, f"{started.files_read} data files read at start, of {days}"
+    latest = view.totals[("ns.a", "optimize")]
+    assert latest.last_at == (today - timedelta(days=1)).timestamp()
+    assert (latest.last_status, latest.last_duration_ms) == ("completed", 1)
+    assert view.totals[("ns.b", "optimize")].last_status == "failed"
+    # Counters count from the start: what was logged before is not added up.
+    assert (latest.rows, latest.failures, latest.figures.get("files_rewritten", 0)) == (0, 0, 0)
+    append_log_rows_without_spark(
+        lake.catalog, ref, [_row("ns.a", "optimize", "completed", DETAILS["optimize"], 5, today)]
+    )
+    after = started.refresh()
+    latest = after.totals[("ns.a", "optimize")]
+    assert after.rows_read == view.rows_read + 1  # only the new row
+    assert (latest.rows, latest.figures["files_rewritten"], latest.last_at) == (
+        1,
+        12,
+        today.timestamp(),
+    )
