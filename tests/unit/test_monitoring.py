@@ -39,10 +39,18 @@ from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.monitoring.metrics import render
-from icegate_dagster.monitoring.probes import health_document
+from icegate_dagster.monitoring.probes import REUSE_S, HealthProbes, health_document
 from icegate_dagster.monitoring.server import Exporter
 from icegate_dagster.monitoring.serving import BoundedHTTPServer, PrereadHandler
-from icegate_dagster.monitoring.snapshot import Snapshot, SourceState, TableFigures
+from icegate_dagster.monitoring.snapshot import (
+    DAEMON_TOLERANCE_S,
+    DaemonBeat,
+    HeartbeatAges,
+    Snapshot,
+    SourceState,
+    TableFigures,
+    daemon_problem,
+)
 from tests.lakehouse import make_lakehouse
 from tests.servers import free_port
 
@@ -515,3 +523,57 @@ def test_a_start_reads_the_last_week_of_the_log_not_all_of_it(tmp_path: Path) ->
         12,
         today.timestamp(),
     )
+
+
+def _beat(instance: Any, at: float) -> None:
+    """Every daemon the instance requires beats, stamped ``at`` by its host's clock (as
+    ``dagster-daemon`` writes its heartbeats)."""
+    from dagster._daemon.types import DaemonHeartbeat
+
+    for daemon in instance.get_required_daemon_types():
+        instance.add_daemon_heartbeat(DaemonHeartbeat(at, daemon, "skewed-host", None))
+
+
+def test_a_daemon_on_a_host_minutes_behind_is_up_once_seen_beating(tmp_path: Path) -> None:
+    """The daemon's host runs 10 minutes behind the exporter's: its heartbeats look 600 s
+    old by the exporter's clock. Once a new one is seen, the daemon is up (/health's
+    ``dagster_daemon`` passes): a heartbeat's age is judged by how long the exporter has
+    seen it unchanged, not by two hosts' clocks."""
+    from dagster import DagsterInstance
+
+    lake = make_lakehouse(tmp_path / "lake")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    probes = HealthProbes(lake.config, instance)
+    try:
+        behind = time.time() - 600
+        _beat(instance, behind)
+        probes.run()  # one heartbeat seen: a skew cannot be told from silence yet
+        _beat(instance, behind + 30)  # the daemon beats again, 30 s later by its clock
+        time.sleep(REUSE_S + 0.1)  # past the reuse of /health's last answer
+        answers = probes.run()
+        assert answers["dagster_daemon"].ok, answers["dagster_daemon"].error
+    finally:
+        probes.close()
+        instance.dispose()
+
+
+def test_a_daemon_that_stopped_is_down_whatever_its_hosts_clock() -> None:
+    """A heartbeat stamped by a host 10 minutes ahead (its age by the exporter's clock: 0)
+    that stops changing: down once the exporter has seen it unchanged past the tolerance;
+    one that keeps changing stays up."""
+    ticks = [0.0]
+    ages = HeartbeatAges(monotonic=lambda: ticks[0])
+    now = 1_000_000.0
+    ahead = now + 600
+    assert ages.age("SENSOR", ahead, now) == 0.0
+    ticks[0] = DAEMON_TOLERANCE_S + 1
+    stopped = ages.age("SENSOR", ahead, now + DAEMON_TOLERANCE_S + 1)
+    assert stopped > DAEMON_TOLERANCE_S
+    assert daemon_problem((DaemonBeat("SENSOR", stopped, True),)) is not None
+    # Seen beating (its timestamp moved): its age is the time since its latest beat was seen.
+    ticks[0] += 10
+    assert ages.age("SENSOR", ahead + 30, now) == 0.0
+    ticks[0] += 25
+    assert ages.age("SENSOR", ahead + 30, now + 3600) == 25.0
