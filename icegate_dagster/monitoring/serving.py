@@ -228,7 +228,9 @@ class BoundedHTTPServer:
                 sock, address = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # e.g. out of file descriptors: the next loop tries again
+            except OSError:  # out of file descriptors: the oldest waiting one makes room
+                if self._pending:
+                    self._drop(next(iter(self._pending)))
                 return
             if self._open_connections() >= self.max_connections:
                 if self._pending:  # the oldest still sending its head makes room
