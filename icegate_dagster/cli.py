@@ -152,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
         "/status/compaction (long-running, no JVM)",
         description="The Prometheus exporter, /health and /status/compaction, until SIGTERM or "
         "Ctrl-C (exit 0); bad options, a bad configuration or an address it cannot listen on "
-        "exit 2 before it serves.",
+        "exit 2 before it serves. With $ICEGATE_SERVE_BASIC_AUTH (user:password) or "
+        "$ICEGATE_SERVE_BASIC_AUTH_FILE (a file holding it) set, /metrics and "
+        "/status/compaction require those credentials (HTTP basic auth); /health answers its "
+        "status to anyone, its details only with them.",
     )
     serve.add_argument(
         "--config",
@@ -429,7 +432,9 @@ def _serve(args: argparse.Namespace) -> int:
     from icegate_dagster.config import parse_duration
     from icegate_dagster.errors import ConfigError
     from icegate_dagster.monitoring.server import Exporter, make_server
+    from icegate_dagster.monitoring.serving import AUTH_VARIABLE, basic_auth_from_environment
 
+    auth = basic_auth_from_environment()
     try:
         max_age = parse_duration(args.max_age)
     except ValueError as exc:
@@ -449,15 +454,23 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"icegate-maintain: warning: {exc}; serving without it", file=sys.stderr)
     exporter = Exporter(config, max_age_s=max_age.total_seconds(), instance=instance)
     try:
-        server = make_server(exporter, args.host, args.port)
+        server = make_server(exporter, args.host, args.port, auth=auth)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
     host, port = str(server.server_address[0]), int(server.server_address[1])
     print(
         f"icegate-maintain serve: http://{host}:{port}/metrics, /health, /status/compaction "
-        f"(figures refreshed every {format_duration(max_age)}; Ctrl-C to stop)",
+        f"(figures refreshed every {format_duration(max_age)}; "
+        f"{'credentials required' if auth else 'no credentials required'}; Ctrl-C to stop)",
         flush=True,
     )
+    if auth is None and not _loopback(host):
+        print(
+            f"icegate-maintain: warning: anyone who reaches {host}:{port} can read the figures; "
+            f"set {AUTH_VARIABLE} (see docs: Monitoring) or keep it behind a proxy",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def stop(signum: int, frame: object) -> None:
         # shutdown() waits for serve_forever to return: from another thread.
@@ -475,6 +488,16 @@ def _serve(args: argparse.Namespace) -> int:
         if instance is not None:
             instance.dispose()
     return EXIT_OK
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (an address the exporter listens on) is this machine's loopback."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _command(args: argparse.Namespace) -> int:

@@ -236,7 +236,9 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
     ),
 )
 
-#: Counters summed from the log: family -> (help, operations it is kept for, figure).
+#: Counters summed from the log rows appended since the exporter started (Prometheus'
+#: counters start at 0 with their process): family -> (help, operations it is kept for,
+#: figure).
 COUNTERS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("icegate_files_rewritten", "Files rewritten by compaction", REWRITES, "files_rewritten"),
     ("icegate_bytes_rewritten", "Bytes rewritten by compaction", REWRITES, "bytes_rewritten"),
@@ -400,17 +402,19 @@ class SnapshotCollector(Collector):
             yield family
         seconds = CounterMetricFamily(
             "icegate_maintenance_run_seconds",
-            "Seconds spent in the operation on the table, summed over the maintenance log",
+            "Seconds spent in the operation on the table, summed over the maintenance log rows "
+            "since the exporter started",
             labels=OP_LABELS,
         )
         runs = CounterMetricFamily(
             "icegate_maintenance_operations",
-            "Log rows of the operation on the table (one per attempt)",
+            "Log rows of the operation on the table (one per attempt) since the exporter started",
             labels=OP_LABELS,
         )
         failed = CounterMetricFamily(
             "icegate_maintenance_failures",
-            "Failed attempts of the operation on the table (log rows with status failed)",
+            "Failed attempts of the operation on the table (log rows with status failed) since "
+            "the exporter started",
             labels=OP_LABELS,
         )
         for t in tables:
@@ -470,7 +474,8 @@ class SnapshotCollector(Collector):
             )
             yield CounterMetricFamily(
                 "icegate_exporter_log_full_reads",
-                "Times this process read the whole maintenance log",
+                "Times this process read the maintenance log beyond its appended files (at its "
+                "start, the last week of it; a log table made anew, in full)",
                 value=float(snapshot.log.full_reads),
             )
 
@@ -504,8 +509,12 @@ class ExporterState:
     refresh_errors: int
 
 
-def render_live(state: ExporterState, now: float | None = None) -> bytes:
-    """The few figures rendered at each scrape: the snapshot's age and the refresh counts."""
+def render_live(
+    state: ExporterState, now: float | None = None, *, age_s: float | None = None
+) -> bytes:
+    """The few figures rendered at each scrape: the snapshot's age (``age_s`` where the
+    caller measured it on one clock, else ``now`` minus its ``taken_at``) and the refresh
+    counts."""
     moment = time.time() if now is None else now
 
     class _Live(Collector):
@@ -514,7 +523,7 @@ def render_live(state: ExporterState, now: float | None = None) -> bytes:
                 yield GaugeMetricFamily(
                     "icegate_exporter_snapshot_age_seconds",
                     "Seconds since the figures of this scrape were gathered",
-                    value=max(0.0, moment - state.taken_at),
+                    value=age_s if age_s is not None else max(0.0, moment - state.taken_at),
                 )
             yield CounterMetricFamily(
                 "icegate_exporter_refreshes",

@@ -9,7 +9,8 @@ that does not answer fails its check instead of hanging the probe.
   memory and the leases live);
 - ``dagster_instance`` (when configured): the instance's storage answers;
 - ``dagster_daemon`` (when configured): every daemon the instance requires beat within
-  the last five minutes;
+  the last five minutes (judged on this process's clock once it has seen a daemon beat:
+  :class:`~.snapshot.HeartbeatAges`);
 - ``metrics``: the exporter's own snapshot is not older than three refresh periods (its
   refresher is alive).
 
@@ -29,7 +30,12 @@ from icegate_dagster.catalog import catalog_kind, open_catalog, scrub
 from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.leases.holder import lease_store
-from icegate_dagster.monitoring.snapshot import Probe, daemon_beats, daemon_problem
+from icegate_dagster.monitoring.snapshot import (
+    HeartbeatAges,
+    Probe,
+    daemon_beats,
+    daemon_problem,
+)
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -61,6 +67,7 @@ class HealthProbes:
         self._instance_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="icegate-probe")
         self._answer: tuple[float, dict[str, Probe]] | None = None
+        self._beats = HeartbeatAges()
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc, lambda text: scrub(text, self.config))
@@ -105,7 +112,7 @@ class HealthProbes:
     def _check_daemon(self) -> dict[str, Any]:
         assert self.instance is not None
         with self._instance_lock:
-            beats = daemon_beats(self.instance, time.time())
+            beats = daemon_beats(self.instance, time.time(), self._beats)
         problem = daemon_problem(beats)
         detail = {
             "daemons": {

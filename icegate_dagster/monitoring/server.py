@@ -13,6 +13,13 @@ serves is at most about ``max_age`` old; the server answers from the latest rend
   (``?table=ns.t``, repeatable, for some tables only);
 - ``GET /``: a short index of the above.
 
+With credentials configured (:class:`~.serving.BasicAuth`, from the environment),
+``/metrics`` and ``/status/compaction`` answer 401 without them; ``/health`` answers its
+status to anyone (a liveness or readiness probe, a load balancer, sends none) but names its
+checks, and their errors, only to a caller with them; ``/`` stays open. The listener
+(:class:`~.serving.BoundedHTTPServer`) bounds the time, threads and connections any client
+can take.
+
 Nothing here starts a JVM: every figure comes from metadata, the trigger's memory, the
 log table (pyiceberg) and the Dagster instance.
 """
@@ -25,7 +32,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -37,6 +43,7 @@ from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.wal.files import compaction_due
 from icegate_dagster.monitoring.metrics import ExporterState, render, render_live
 from icegate_dagster.monitoring.probes import HealthProbes, health_document
+from icegate_dagster.monitoring.serving import BasicAuth, BoundedHTTPServer, PrereadHandler
 from icegate_dagster.monitoring.snapshot import Gatherer, Snapshot, TableFigures, iso
 
 if TYPE_CHECKING:
@@ -73,6 +80,11 @@ class Exporter:
         self._thread: threading.Thread | None = None
         self.started = time.monotonic()
         self.snapshot: Snapshot | None = None
+        #: When the latest snapshot's gathering started, by this process's monotonic clock:
+        #: its age is judged by that one clock. Its ``taken_at`` is the lease store's
+        #: database clock (the trigger's memory's times), which may be minutes off this
+        #: host's.
+        self.taken_mono: float | None = None
         self.body = b""
         self.body_gz = b""
         self.state = ExporterState(None, 0, 0)
@@ -83,6 +95,7 @@ class Exporter:
 
     def refresh(self) -> Snapshot | None:
         """Gather and render once; the new snapshot (None when the refresh failed)."""
+        started = time.monotonic()
         try:
             snapshot = self.gatherer.gather()
             body = render(snapshot)
@@ -97,6 +110,7 @@ class Exporter:
             return None
         with self._lock:
             self.snapshot, self.body, self.body_gz = snapshot, body, body_gz
+            self.taken_mono = started
             self.state.taken_at = snapshot.taken_at
             self.state.refreshes += 1
             self.last_error = None
@@ -135,17 +149,25 @@ class Exporter:
 
     # -- answers -------------------------------------------------------------------------------
 
+    def snapshot_age(self) -> float | None:
+        """Seconds since the latest snapshot's gathering started (None: none yet), by this
+        process's monotonic clock: no clock skew between hosts or with the database, nor a
+        step of this host's clock, changes it."""
+        with self._lock:
+            taken = self.taken_mono
+        return None if taken is None else max(0.0, time.monotonic() - taken)
+
     def freshness(self) -> tuple[bool, str | None, dict[str, Any]]:
         """Whether the figures are fresh enough (``/health``'s ``metrics`` check)."""
         limit = STALE_PERIODS * self.max_age_s + STALE_GRACE_S
         with self._lock:
             snapshot, error = self.snapshot, self.last_error
-        if snapshot is None:
+        age = self.snapshot_age()
+        if snapshot is None or age is None:
             waited = time.monotonic() - self.started
             if waited <= limit:
                 return True, None, {"first_refresh": "in progress"}
             return False, f"no figures gathered in {waited:.0f} s (last error: {error})", {}
-        age = max(0.0, time.time() - snapshot.taken_at)
         detail = {"age_seconds": round(age, 1), "tables": len(snapshot.tables)}
         if age > limit:
             return False, f"the figures are {age:.0f} s old (last error: {error})", detail
@@ -155,9 +177,10 @@ class Exporter:
         """``/metrics``: the latest rendering plus the live figures."""
         with self._lock:
             body = self.body_gz if gzip_ok else self.body
-            live = render_live(
-                ExporterState(self.state.taken_at, self.state.refreshes, self.state.refresh_errors)
+            state = ExporterState(
+                self.state.taken_at, self.state.refreshes, self.state.refresh_errors
             )
+        live = render_live(state, age_s=self.snapshot_age())
         # Concatenated gzip members are one valid gzip stream.
         return body + (gzip.compress(live, compresslevel=1) if gzip_ok else live)
 
@@ -175,7 +198,7 @@ class Exporter:
         ]
         document: dict[str, Any] = {
             "taken_at": iso(snapshot.taken_at),
-            "age_seconds": round(max(0.0, time.time() - snapshot.taken_at), 1),
+            "age_seconds": round(self.snapshot_age() or 0.0, 1),
             "wal_root": scrub(self.config.wal_root, self.config) if self.config.wal_root else None,
             "tables": rows,
         }
@@ -238,10 +261,17 @@ def _compaction_row(t: TableFigures, config: IcegateConfig, now: float) -> dict[
     return row
 
 
-class _Handler(BaseHTTPRequestHandler):
+#: What ``/health`` shows a caller without credentials when credentials are configured.
+PUBLIC_HEALTH_KEYS = ("status", "failed")
+#: Endpoints anyone may ask when credentials are configured (``/health`` in part).
+OPEN_PATHS = ("/", "/health")
+
+
+class _Handler(PrereadHandler):
     """The endpoints (see the module docstring)."""
 
     exporter: Exporter
+    auth: BasicAuth | None = None
     server_version = "icegate-maintain"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -268,8 +298,23 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
         self.do_GET()
 
+    def _unauthorized(self) -> None:
+        body = b'{"error": "credentials required"}\n'
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="icegate-maintain", charset="UTF-8"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         url = urlsplit(self.path)
+        authorized = self.auth is None or self.auth.allows(self.headers.get("Authorization"))
+        if not authorized and url.path not in OPEN_PATHS:
+            self._unauthorized()
+            return
         try:
             if url.path == "/metrics":
                 gzip_ok = "gzip" in self.headers.get("Accept-Encoding", "")
@@ -277,6 +322,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, body, CONTENT_TYPE_LATEST, "gzip" if gzip_ok else None)
             elif url.path == "/health":
                 status, document = health_document(self.exporter.probes.run())
+                if not authorized:  # the verdict only: errors name hosts and URIs
+                    document = {key: document[key] for key in PUBLIC_HEALTH_KEYS}
                 self._json(status, document)
             elif url.path == "/status/compaction":
                 tables = parse_qs(url.query).get("table")
@@ -296,9 +343,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": error})
 
 
-def make_server(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer:
-    """The HTTP server of ``exporter`` bound to ``host:port`` (``OSError`` if it cannot)."""
-    handler = type("Handler", (_Handler,), {"exporter": exporter})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+def make_server(
+    exporter: Exporter, host: str, port: int, *, auth: BasicAuth | None = None
+) -> BoundedHTTPServer:
+    """The HTTP server of ``exporter`` bound to ``host:port`` (``OSError`` if it cannot),
+    requiring ``auth`` where it is given (see the module docstring)."""
+    handler = type("Handler", (_Handler,), {"exporter": exporter, "auth": auth})
+    return BoundedHTTPServer((host, port), handler)

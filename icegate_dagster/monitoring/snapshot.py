@@ -12,8 +12,9 @@ Where each part comes from, and what a refresh costs (``N`` tables):
 - **the WAL backlog**: one recursive listing of ``wal.root``;
 - **what each operation did last**: the trigger's memory (one query for every table's
   row, one for every operation's), and the live leases (one query);
-- **the counters**: the maintenance log's totals (``maintenance.log.totals``), read
-  incrementally (the data files appended since the last refresh);
+- **the counters**: the maintenance log's totals (``maintenance.log.totals``): the data
+  files appended since the last refresh, counted from the exporter's start (which reads
+  only the last week of the log, for each table and operation's latest run);
 - **the Dagster instance** (when configured): the daemons' heartbeats (one query).
 
 A part that cannot be read keeps its previous values, and the source is reported down
@@ -22,6 +23,7 @@ A part that cannot be read keeps its previous values, and the source is reported
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -127,24 +129,62 @@ class Snapshot:
         return next((t for t in self.tables if t.table == key), None)
 
 
-def daemon_beats(instance: DagsterInstance, now: float) -> tuple[DaemonBeat, ...]:
+class HeartbeatAges:
+    """The daemons' heartbeat ages, judged on this process's clock where it can be.
+
+    A heartbeat's timestamp is its daemon's host's clock: "now minus the timestamp" counts
+    the skew between that host and this one (a daemon on a host 10 minutes behind looked
+    down; one ahead and stopped looked up for 10 minutes more). Once a daemon's timestamp
+    has been seen to change, its age is how long this process has seen the latest one
+    unchanged (monotonic; late by at most the time between two looks). Until then, one
+    timestamp cannot tell a skew from a silence: the larger of the two ages counts."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        #: Daemon -> its latest timestamp and when this process first saw it (monotonic).
+        self._seen: dict[str, tuple[float, float]] = {}
+        #: Daemons whose timestamp changed while this process watched.
+        self._beating: set[str] = set()
+
+    def age(self, daemon: str, timestamp: float, now: float) -> float:
+        """Seconds since ``daemon``'s heartbeat stamped ``timestamp``; ``now`` is this
+        host's wall clock."""
+        with self._lock:
+            watched_at = self._monotonic()
+            seen = self._seen.get(daemon)
+            if seen is None or seen[0] != timestamp:
+                if seen is not None:
+                    self._beating.add(daemon)
+                seen = self._seen[daemon] = (timestamp, watched_at)
+            unchanged = max(0.0, watched_at - seen[1])
+            if daemon in self._beating:
+                return unchanged
+            return max(unchanged, now - timestamp)
+
+
+def daemon_beats(
+    instance: DagsterInstance, now: float, ages: HeartbeatAges | None = None
+) -> tuple[DaemonBeat, ...]:
     """Each daemon's last heartbeat, the instance's required ones first (public instance
-    methods only)."""
+    methods only); ``ages`` judges their ages (else ``now`` minus their timestamps)."""
+
+    def age(daemon: str, timestamp: float) -> float:
+        if ages is None:
+            return max(0.0, now - timestamp)
+        return ages.age(daemon, timestamp, now)
+
     beats = instance.get_daemon_heartbeats()
     try:
         required = list(instance.get_required_daemon_types())
     except Exception:  # an instance that cannot say: the sensor daemon is the one that matters
         required = ["SENSOR"]
     found = [
-        DaemonBeat(
-            daemon,
-            max(0.0, now - beats[daemon].timestamp) if daemon in beats else None,
-            True,
-        )
+        DaemonBeat(daemon, age(daemon, beats[daemon].timestamp) if daemon in beats else None, True)
         for daemon in required
     ]
     found += [
-        DaemonBeat(daemon, max(0.0, now - beat.timestamp), False)
+        DaemonBeat(daemon, age(daemon, beat.timestamp), False)
         for daemon, beat in sorted(beats.items())
         if daemon not in required
     ]
@@ -191,6 +231,7 @@ class Gatherer:
         self.maintainer = Maintainer(config, run_id="icegate-exporter")
         self._looks = LookCache()
         self._log = LogTotals(lambda: self.maintainer.catalog, TableRef.parse(config.log_table))
+        self._beats = HeartbeatAges()
         self._resume_at: str | None = None
         self._last: Snapshot | None = None
         self._read_at: dict[str, float] = {}
@@ -300,7 +341,7 @@ class Gatherer:
         daemons: tuple[DaemonBeat, ...] = last.daemons if last else ()
         if self.instance is not None:
             try:
-                daemons = daemon_beats(self.instance, self._wall_clock())
+                daemons = daemon_beats(self.instance, self._wall_clock(), self._beats)
                 ok("dagster_instance", now)
                 problem = daemon_problem(daemons)
                 if problem is None:

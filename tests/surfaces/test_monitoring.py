@@ -13,12 +13,15 @@ Prometheus for the whole story.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -367,3 +370,125 @@ def test_health_names_a_dagster_daemon_that_does_not_beat(tmp_path: Path) -> Non
             running.wait_ready(lambda: get(f"{url}/health")[0] == 200, 90, what="/health 200")
         metrics = get(f"{url}/metrics")[1].decode()
         assert 'icegate_dagster_daemon_heartbeat_age_seconds{daemon="SENSOR"}' in metrics
+
+
+def _threads(pid: int) -> int:
+    """Threads of process ``pid`` now (Python's and native ones)."""
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closed ``sock`` (end of stream, or a reset)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1024) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _small_lakehouse(root: Path) -> Lakehouse:
+    lake = make_lakehouse(root)
+    lake.add_table("lakehouse.one", appends=1)
+    return lake
+
+
+def test_half_sent_requests_neither_hold_threads_nor_stay_open(tmp_path: Path) -> None:
+    """300 connections that send half a request: the exporter's threads stay bounded, a
+    real scrape is still answered, and the half-sent connections are closed once their
+    request head is overdue."""
+    lake = _small_lakehouse(tmp_path / "lake")
+    port = free_port()
+    command = exporter_command(lake.config_path, port, "--max-age", "1s")
+    with ServerProcess("exporter", command, tmp_path / "exporter.log") as process:
+        url = f"http://127.0.0.1:{port}"
+        process.wait_ready(
+            lambda: b"icegate_exporter_snapshot_timestamp_seconds" in get(f"{url}/metrics")[1],
+            60,
+            what="the exporter's first figures",
+        )
+        pid = process.process.pid
+        before = _threads(pid)
+        held = []
+        try:
+            for _ in range(300):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: exporter\r\n")  # never ended
+                held.append(sock)
+            # A real scrape, accepted after the 300: answered (urllib's 10 s limit).
+            status, body, _ = get(f"{url}/metrics")
+            assert status == 200 and b"icegate_exporter_tables 1.0" in body
+            during = _threads(pid)
+            assert during <= before + 20, f"{before} threads before, {during} with 300 half-sent"
+            wait_until(
+                lambda: all(_closed_by_peer(sock) for sock in held),
+                60,
+                "the half-sent connections closed by the exporter",
+            )
+            assert get(f"{url}/metrics")[0] == 200
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def _auth_header(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def _get_with(url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read(), dict(answer.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), dict(error.headers)
+
+
+@pytest.mark.parametrize("source", ["variable", "file"])
+def test_basic_auth_from_the_environment_guards_the_figures(tmp_path: Path, source: str) -> None:
+    """Credentials from ``ICEGATE_SERVE_BASIC_AUTH`` (or a file named by
+    ``ICEGATE_SERVE_BASIC_AUTH_FILE``): ``/metrics`` and ``/status/compaction`` answer 401
+    without them or with wrong ones, 200 with them; ``/health`` answers its status to anyone
+    (probes send no credentials) but its checks' details only with them; the password is
+    on no command line."""
+    lake = _small_lakehouse(tmp_path / "lake")
+    password = "pr0m-scrape-s3cret"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ICEGATE_SERVE_BASIC_AUTH")}
+    if source == "variable":
+        env["ICEGATE_SERVE_BASIC_AUTH"] = f"prometheus:{password}"
+    else:
+        secret = tmp_path / "basic-auth"
+        secret.write_text(f"prometheus:{password}\n")
+        env["ICEGATE_SERVE_BASIC_AUTH_FILE"] = str(secret)
+    port = free_port()
+    command = exporter_command(lake.config_path, port, "--max-age", "1s")
+    with ServerProcess("exporter", command, tmp_path / "exporter.log", env=env) as process:
+        url = f"http://127.0.0.1:{port}"
+        good = _auth_header("prometheus", password)
+        process.wait_ready(
+            lambda: b"icegate_exporter_tables 1.0" in _get_with(f"{url}/metrics", good)[1],
+            60,
+            what="the exporter's first figures",
+        )
+        for path in ("/metrics", "/status/compaction"):
+            status, body, headers = get(f"{url}{path}")
+            assert status == 401, (path, status)
+            assert headers["WWW-Authenticate"].startswith('Basic realm="icegate-maintain"')
+            assert b"icegate_" not in body and b"lakehouse.one" not in body
+            assert _get_with(f"{url}{path}", _auth_header("prometheus", "wrong"))[0] == 401
+            assert _get_with(f"{url}{path}", _auth_header("other", password))[0] == 401
+            assert _get_with(f"{url}{path}", good)[0] == 200
+        status, body, _ = get(f"{url}/health")
+        assert status == 200 and json.loads(body) == {"status": "ok", "failed": []}
+        status, body, _ = _get_with(f"{url}/health", good)
+        assert status == 200 and set(json.loads(body)["checks"]) == {
+            "catalog",
+            "lease_store",
+            "metrics",
+        }
+        assert get(f"{url}/")[0] == 200
+        cmdline = Path(f"/proc/{process.process.pid}/cmdline").read_bytes()
+        assert password.encode() not in cmdline
+        assert password not in process.log_text()

@@ -5,8 +5,14 @@ refusals of bad options. No JVM: pyiceberg writes the log rows."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sqlite3
 import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,13 +27,30 @@ from icegate_dagster.config import HealthCheckSettings
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import DueOperation
 from icegate_dagster.maintenance.health.summary import HealthSummary
-from icegate_dagster.maintenance.log.totals import LogTotals, aggregate, human_bytes
+from icegate_dagster.maintenance.leases.holder import lease_store
+from icegate_dagster.maintenance.log.totals import (
+    LogTotals,
+    OperationTotals,
+    aggregate,
+    human_bytes,
+)
 from icegate_dagster.maintenance.log.writer import append_log_rows_without_spark, ensure_log_table
 from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from icegate_dagster.maintenance.wal import WalStats
 from icegate_dagster.monitoring.metrics import render
-from icegate_dagster.monitoring.snapshot import Snapshot, SourceState, TableFigures
+from icegate_dagster.monitoring.probes import REUSE_S, HealthProbes, health_document
+from icegate_dagster.monitoring.server import Exporter
+from icegate_dagster.monitoring.serving import BoundedHTTPServer, PrereadHandler
+from icegate_dagster.monitoring.snapshot import (
+    DAEMON_TOLERANCE_S,
+    DaemonBeat,
+    HeartbeatAges,
+    Snapshot,
+    SourceState,
+    TableFigures,
+    daemon_problem,
+)
 from tests.lakehouse import make_lakehouse
 from tests.servers import free_port
 
@@ -152,31 +175,42 @@ def test_the_log_adds_up_per_table_and_operation() -> None:
 _COLUMNS = {"table_name", "operation", "status", "details", "duration_ms", "executed_at"}
 
 
-def test_the_log_is_read_incrementally_and_a_restart_gives_the_same_totals(
-    tmp_path: Path,
-) -> None:
-    """Appends are read alone; an expired snapshot read last makes the next refresh read
-    the whole log; a commit that only deletes rows leaves the totals as they were; a new
-    process (a restart) gets the same totals from the same rows."""
+def _latest(totals: Mapping[tuple[str, str], OperationTotals]) -> dict[Any, Any]:
+    return {
+        key: (v.last_at, v.last_status, v.last_duration_ms, v.last_details)
+        for key, v in totals.items()
+    }
+
+
+def test_the_log_is_counted_from_the_start_and_read_incrementally(tmp_path: Path) -> None:
+    """Appends are read alone and counted; a restart counts from 0 again (as Prometheus
+    expects of a counter) but knows each table and operation's latest run; rows deleted from
+    the log, or the snapshot read last expired, never lower the counters; a log table made
+    anew is counted in full."""
     lake = make_lakehouse(tmp_path / "lake")
     ref = TableRef.parse(lake.config.log_table)
     ensure_log_table(lake.catalog, ref)
-    totals = LogTotals(lambda: lake.catalog, ref)
+    clock = (T0 + timedelta(days=3)).timestamp  # the rows are within a week of it
+    totals = LogTotals(lambda: lake.catalog, ref, wall_clock=clock)
     assert totals.refresh().totals == {}  # no rows yet
     append_log_rows_without_spark(lake.catalog, ref, ROWS[:4])
     first = totals.refresh()
-    assert (first.rows_read, first.full_reads) == (4, 1)
+    assert (first.rows_read, first.full_reads) == (4, 0)
     for start in range(4, len(ROWS), 3):  # three more commits
         append_log_rows_without_spark(lake.catalog, ref, ROWS[start : start + 3])
     later = totals.refresh()
-    assert (later.rows_read, later.full_reads) == (len(ROWS), 1)  # only the new rows
+    assert (later.rows_read, later.full_reads) == (len(ROWS), 0)  # only the new rows
     everything = aggregate(_table([{k: r[k] for k in r if k in _COLUMNS} for r in ROWS]))
     assert later.totals == everything
-    restarted = LogTotals(lambda: lake.catalog, ref).refresh()
-    assert restarted.totals == everything and restarted.full_reads == 1
     assert totals.refresh().rows_read == len(ROWS)  # nothing new: nothing read
 
-    # The snapshot read last expired: the walk cannot reach it, the whole log is read.
+    # A restart: the latest run of each, no counts.
+    restarted = LogTotals(lambda: lake.catalog, ref, wall_clock=clock).refresh()
+    assert restarted.full_reads == 1
+    assert _latest(restarted.totals) == _latest(everything)
+    assert all(v.rows == 0 and not v.figures for v in restarted.totals.values())
+
+    # The snapshot read last expired: the commits after it are read still.
     table = lake.catalog.load_table(ref.identifier)
     read_last = table.current_snapshot()
     assert read_last is not None
@@ -184,26 +218,25 @@ def test_the_log_is_read_incrementally_and_a_restart_gives_the_same_totals(
     table = lake.catalog.load_table(ref.identifier)
     table.maintenance.expire_snapshots().by_id(read_last.snapshot_id).commit()
     again = totals.refresh()
-    assert again.full_reads == 2
     assert again.totals[("ns.a", "optimize")].rows == 4
+    assert again.rows_read == len(ROWS) + 1
 
-    # Rows deleted from the log (its history rule, maintain.history.log): the counters do
-    # not go down while the process lives; a restarted process starts from the rows left.
+    # Rows deleted from the log (a retention on it): the counters do not go down.
     from pyiceberg.expressions import EqualTo
 
     table = lake.catalog.load_table(ref.identifier)
     table.delete(EqualTo("table_name", "ns.b"))  # type: ignore[call-arg,arg-type]
     after_delete = totals.refresh()
-    assert after_delete.full_reads == 2
-    assert after_delete.totals == again.totals
-    assert ("ns.b", "optimize") in after_delete.totals
-    restarted = LogTotals(lambda: lake.catalog, ref).refresh()
-    assert ("ns.b", "optimize") not in restarted.totals
-    # Rows appended after the delete are read alone, as before.
-    append_log_rows_without_spark(lake.catalog, ref, ROWS[:1])
-    grown = totals.refresh()
-    assert grown.full_reads == 2
-    assert grown.totals[("ns.a", "optimize")].rows == 5
+    assert after_delete.totals[("ns.b", "optimize")].rows == 1
+    assert after_delete.rows_read == len(ROWS) + 1  # a delete adds nothing to read
+
+    # The log made anew: its rows are new, all counted.
+    lake.catalog.drop_table(ref.identifier)
+    ensure_log_table(lake.catalog, ref)
+    append_log_rows_without_spark(lake.catalog, ref, ROWS[:2])
+    anew = totals.refresh()
+    assert anew.totals[("ns.a", "optimize")].rows == 4 + 2
+    assert anew.rows_read == len(ROWS) + 1 + 2
 
 
 def _figures(**changes: Any) -> TableFigures:
@@ -314,3 +347,233 @@ def test_serve_refuses_bad_options_naming_them(
     with socket.create_server(("127.0.0.1", port)):
         assert run_cli(["serve", "--config", config, "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_serve_refuses_credentials_it_cannot_use_without_showing_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake = make_lakehouse(tmp_path / "lake")
+    config = str(lake.config_path)
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH", "no-colon-s3cret")
+    assert run_cli(["serve", "--config", config]) == 2
+    err = capsys.readouterr().err
+    assert "ICEGATE_SERVE_BASIC_AUTH must hold user:password" in err
+    assert "no-colon-s3cret" not in err
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH", "user:s3cret")
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH_FILE", str(tmp_path / "nope"))
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "not both" in capsys.readouterr().err
+    monkeypatch.delenv("ICEGATE_SERVE_BASIC_AUTH")
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "ICEGATE_SERVE_BASIC_AUTH_FILE = " in capsys.readouterr().err
+    (tmp_path / "empty").write_text("")
+    monkeypatch.setenv("ICEGATE_SERVE_BASIC_AUTH_FILE", str(tmp_path / "empty"))
+    assert run_cli(["serve", "--config", config]) == 2
+    assert "must hold user:password" in capsys.readouterr().err
+
+
+class _Hello(PrereadHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closes ``sock`` (end of stream, or a reset) within 10 s."""
+    sock.settimeout(10)
+    try:
+        return sock.recv(10) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_full_listener_closes_the_oldest_half_sent_connection_for_a_new_one() -> None:
+    """At its connection limit the listener makes room by closing the connection that has
+    waited longest without sending its request: a real request is still answered."""
+    server = BoundedHTTPServer(("127.0.0.1", 0), _Hello, max_connections=20, head_timeout_s=600)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    held = []
+    try:
+        for _ in range(40):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(b"GET / HTTP/1.1\r\n")
+            held.append(sock)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.read() == b"hello\n"
+        # The oldest were closed (not the 600 s head limit: room for newer ones).
+        assert _closed_by_peer(held[0])
+        # A complete request on one of the newest is answered.
+        held[-1].sendall(b"\r\n")
+        held[-1].settimeout(10)
+        assert held[-1].recv(100).startswith(b"HTTP/1.0 200")
+    finally:
+        for sock in held:
+            sock.close()
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def _database_clock_off_by(engine: Any, seconds: float) -> Iterator[None]:
+    """Every connection of ``engine`` (SQLite) reads a clock ``seconds`` off this host's,
+    as a database server with a skewed clock gives: SQLite's ``julianday('now')``, the
+    store's clock (``sql_store.db_now``), replaced by the real one plus ``seconds``."""
+    from sqlalchemy import event
+
+    real = sqlite3.connect(":memory:", check_same_thread=False)
+    lock = threading.Lock()
+
+    def julianday(*args: Any) -> float | None:
+        marks = ", ".join("?" for _ in args)
+        with lock:
+            value = real.execute(f"SELECT julianday({marks})", args).fetchone()[0]
+        if value is not None and args[:1] == ("now",):
+            return float(value) + seconds / 86400.0
+        return value
+
+    def skew(connection: Any, record: Any) -> None:
+        connection.create_function("julianday", -1, julianday)
+
+    event.listen(engine, "connect", skew)
+    engine.dispose()  # connections made before read the true clock
+    try:
+        yield
+    finally:
+        event.remove(engine, "connect", skew)
+        engine.dispose()
+        real.close()
+
+
+@pytest.mark.parametrize("skew_s", [-600.0, 600.0])
+def test_figures_stamped_by_a_skewed_database_clock_are_judged_fresh(
+    tmp_path: Path, skew_s: float
+) -> None:
+    """The lease store's database runs 10 minutes behind (or ahead of) the exporter's
+    host: figures just gathered are fresh (``/health`` 200), and their age at a scrape and
+    in ``/status/compaction`` is seconds, not the skew."""
+    lake = make_lakehouse(tmp_path / "lake")
+    lake.add_table("lakehouse.one", appends=1)
+    exporter = Exporter(lake.config, max_age_s=1.0)
+    locks = lease_store(lake.config, exporter.gatherer.maintainer.catalog)
+    assert locks is not None
+    try:
+        with _database_clock_off_by(locks.engine, skew_s):
+            snapshot = exporter.refresh()
+            assert snapshot is not None, exporter.last_error
+            # Stamped by the database's clock, as the trigger's memory's times are.
+            assert abs(snapshot.taken_at - (time.time() + skew_s)) < 60
+            status, document = health_document(exporter.probes.run())
+            assert status == 200, document
+            assert document["checks"]["metrics"]["age_seconds"] < 60
+            live = {
+                s.name: s.value
+                for f in text_string_to_metric_families(exporter.metrics(False).decode())
+                for s in f.samples
+            }
+            assert 0 <= live["icegate_exporter_snapshot_age_seconds"] < 60
+            assert 0 <= exporter.compaction_status(None)["age_seconds"] < 60
+    finally:
+        exporter.stop()
+
+
+def test_a_start_reads_the_last_week_of_the_log_not_all_of_it(tmp_path: Path) -> None:
+    """A log of 120 days (a commit a day): a new process (a restart) reads only the data
+    files of the last week, for each table and operation's latest run; what is appended
+    after it started is read alone and counted."""
+    lake = make_lakehouse(tmp_path / "lake")
+    ref = TableRef.parse(lake.config.log_table)
+    ensure_log_table(lake.catalog, ref)
+    today = datetime.now(UTC).replace(microsecond=0)
+    days = 120
+    for age in range(days, 0, -1):
+        at = today - timedelta(days=age)
+        append_log_rows_without_spark(
+            lake.catalog,
+            ref,
+            [
+                _row("ns.a", "optimize", "completed", DETAILS["optimize"], age, at),
+                _row("ns.b", "optimize", "failed", "boom", age, at),
+            ],
+        )
+    started = LogTotals(lambda: lake.catalog, ref)
+    view = started.refresh()
+    assert view.rows_read <= 2 * 8, f"{view.rows_read} rows read at start, of {2 * days}"
+    assert started.files_read <= 8, f"{started.files_read} data files read at start, of {days}"
+    latest = view.totals[("ns.a", "optimize")]
+    assert latest.last_at == (today - timedelta(days=1)).timestamp()
+    assert (latest.last_status, latest.last_duration_ms) == ("completed", 1)
+    assert view.totals[("ns.b", "optimize")].last_status == "failed"
+    # Counters count from the start: what was logged before is not added up.
+    assert (latest.rows, latest.failures, latest.figures.get("files_rewritten", 0)) == (0, 0, 0)
+    append_log_rows_without_spark(
+        lake.catalog, ref, [_row("ns.a", "optimize", "completed", DETAILS["optimize"], 5, today)]
+    )
+    after = started.refresh()
+    latest = after.totals[("ns.a", "optimize")]
+    assert after.rows_read == view.rows_read + 1  # only the new row
+    assert (latest.rows, latest.figures["files_rewritten"], latest.last_at) == (
+        1,
+        12,
+        today.timestamp(),
+    )
+
+
+def _beat(instance: Any, at: float) -> None:
+    """Every daemon the instance requires beats, stamped ``at`` by its host's clock (as
+    ``dagster-daemon`` writes its heartbeats)."""
+    from dagster._daemon.types import DaemonHeartbeat
+
+    for daemon in instance.get_required_daemon_types():
+        instance.add_daemon_heartbeat(DaemonHeartbeat(at, daemon, "skewed-host", None))
+
+
+def test_a_daemon_on_a_host_minutes_behind_is_up_once_seen_beating(tmp_path: Path) -> None:
+    """The daemon's host runs 10 minutes behind the exporter's: its heartbeats look 600 s
+    old by the exporter's clock. Once a new one is seen, the daemon is up (/health's
+    ``dagster_daemon`` passes): a heartbeat's age is judged by how long the exporter has
+    seen it unchanged, not by two hosts' clocks."""
+    from dagster import DagsterInstance
+
+    lake = make_lakehouse(tmp_path / "lake")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = DagsterInstance.local_temp(str(home))
+    probes = HealthProbes(lake.config, instance)
+    try:
+        behind = time.time() - 600
+        _beat(instance, behind)
+        probes.run()  # one heartbeat seen: a skew cannot be told from silence yet
+        _beat(instance, behind + 30)  # the daemon beats again, 30 s later by its clock
+        time.sleep(REUSE_S + 0.1)  # past the reuse of /health's last answer
+        answers = probes.run()
+        assert answers["dagster_daemon"].ok, answers["dagster_daemon"].error
+    finally:
+        probes.close()
+        instance.dispose()
+
+
+def test_a_daemon_that_stopped_is_down_whatever_its_hosts_clock() -> None:
+    """A heartbeat stamped by a host 10 minutes ahead (its age by the exporter's clock: 0)
+    that stops changing: down once the exporter has seen it unchanged past the tolerance;
+    one that keeps changing stays up."""
+    ticks = [0.0]
+    ages = HeartbeatAges(monotonic=lambda: ticks[0])
+    now = 1_000_000.0
+    ahead = now + 600
+    assert ages.age("SENSOR", ahead, now) == 0.0
+    ticks[0] = DAEMON_TOLERANCE_S + 1
+    stopped = ages.age("SENSOR", ahead, now + DAEMON_TOLERANCE_S + 1)
+    assert stopped > DAEMON_TOLERANCE_S
+    assert daemon_problem((DaemonBeat("SENSOR", stopped, True),)) is not None
+    # Seen beating (its timestamp moved): its age is the time since its latest beat was seen.
+    ticks[0] += 10
+    assert ages.age("SENSOR", ahead + 30, now) == 0.0
+    ticks[0] += 25
+    assert ages.age("SENSOR", ahead + 30, now + 3600) == 25.0

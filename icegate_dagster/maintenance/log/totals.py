@@ -3,19 +3,19 @@ spent, and the figures its ``details`` state (files and bytes rewritten or freed
 removed, WAL files and rows ingested), read with pyiceberg (no JVM) and kept up to date
 incrementally.
 
-The log is append-only for this purpose: each refresh reads only the data files that the
-``append`` snapshots committed since the last refresh added (a few small files), found by
-walking the current snapshot's ancestry back to the one read last. Where that walk cannot
-be made (the first refresh of a process, the snapshot read last expired, the table made
-anew, or a commit that deleted or overwrote rows), the whole log is read again (columns
-``table_name``, ``operation``, ``status``, ``details``, ``duration_ms``, ``executed_at``),
-so the totals are always the sums over the log's rows: a restarted process gives the same
-values. ``replace`` snapshots (the log's own compaction and manifest rewrites) move rows
-without changing them and are skipped; so are the snapshots of the log's history rule
-(``maintain.history.log``), ``delete`` or ``overwrite`` snapshots that add no more rows
-than they delete: the totals count every row the process has seen, so a counter never
-goes down while it lives, and a restarted process starts from the rows the log still
-holds (as any restarted exporter's counters do).
+What a process counts is what the log gained since it started, as Prometheus counters
+are: each refresh reads only the data files that the ``append`` snapshots committed since
+the last refresh added (a few small files), found by walking the current snapshot's
+ancestry back to the one read last. Other snapshots add no row: ``replace`` (the log's own
+compaction and manifest rewrites) moves rows, ``delete`` and ``overwrite`` (a retention on
+the log) drop them; they are skipped, so the counters never go down while the process
+runs. A start reads only the rows logged within :data:`RECENT` of it (the data files whose
+``executed_at`` bounds lie wholly before are not opened), for each table and operation's
+latest run (``last_*``), not its counts: what a start reads is bounded by a week of the
+log, not by its age. A log table that appears after the start (made, or made anew) is new
+in full and read in full. Where the walk cannot reach the snapshot read last (it expired
+between two refreshes, the log was rolled back), the ancestors committed after it are
+read.
 
 The figures come from the ``details`` text the operations write (``rewrote 12 data files
 (1234 bytes) into 1``, ``ingested 5 WAL files (500 rows) ...``, ``removed 3 orphan files
@@ -29,9 +29,12 @@ not know the bytes they free (0).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.maintenance.identifiers import TableRef
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 
 #: The log's columns a refresh reads.
 COLUMNS = ("table_name", "operation", "status", "details", "duration_ms", "executed_at")
+
+#: How far back a start reads the log: each table and operation's latest run within it.
+RECENT = timedelta(days=7)
 
 #: The figures summed from ``details``.
 FIGURES = (
@@ -262,7 +268,8 @@ class TotalsView:
     totals: Mapping[tuple[str, str], OperationTotals]
     #: The log table's snapshot they sum up to (None: no log table yet, or empty).
     snapshot_id: int | None
-    #: Rows read since the process started, and how many times the whole log was read.
+    #: Rows read since the process started, and how many times the log was read beyond
+    #: its newly appended files (the recent rows at a start, a log table made anew).
     rows_read: int
     full_reads: int
 
@@ -271,27 +278,44 @@ class TotalsView:
         return {op: value for (name, op), value in self.totals.items() if name == table}
 
 
-def _removes_rows_only(snapshot: Snapshot) -> bool:
-    """Whether ``snapshot`` only deleted rows (the history rule's ``DELETE``: a ``delete``,
-    or a copy-on-write ``overwrite`` that wrote back fewer rows than it removed)."""
-    summary = snapshot.summary
-    if summary is None or summary.operation.value not in ("delete", "overwrite"):
-        return False
-    added = int(summary.get("added-records", 0) or 0)
-    deleted = int(summary.get("deleted-records", 0) or 0)
-    return deleted > 0 and added < deleted
+def _latest_only(totals: Totals) -> Totals:
+    """``totals`` with only their latest rows kept (counts and sums at 0)."""
+    return {
+        key: OperationTotals(
+            last_at=value.last_at,
+            last_status=value.last_status,
+            last_duration_ms=value.last_duration_ms,
+            last_details=value.last_details,
+        )
+        for key, value in totals.items()
+    }
 
 
 class LogTotals:
     """The log table's totals, refreshed incrementally (see the module docstring)."""
 
-    def __init__(self, catalog: Callable[[], Catalog], ref: TableRef) -> None:
+    def __init__(
+        self,
+        catalog: Callable[[], Catalog],
+        ref: TableRef,
+        *,
+        recent: timedelta = RECENT,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._catalog = catalog
         self.ref = ref
+        self.recent = recent
+        self._wall_clock = wall_clock
         self._totals: Totals = {}
         self._snapshot_id: int | None = None
+        #: When the snapshot read last was committed (None: no snapshot read yet).
+        self._snapshot_ms: int | None = None
         self._uuid: str | None = None
+        #: Whether the log was looked at once: what it holds then was logged before the
+        #: process started (not counted); a log table that appears later is all new.
+        self._looked = False
         self.rows_read = 0
+        self.files_read = 0
         self.full_reads = 0
 
     def view(self) -> TotalsView:
@@ -312,60 +336,59 @@ class LogTotals:
         return TotalsView(copied, self._snapshot_id, self.rows_read, self.full_reads)
 
     def refresh(self) -> TotalsView:
-        """Read what the log gained since the last refresh (or all of it, where it must);
+        """Read what the log gained since the last refresh (at the first, its recent rows);
         a log table that does not exist yet has no rows. Errors reading the catalog raise."""
         from pyiceberg.exceptions import NoSuchTableError
 
+        first = not self._looked
         try:
             table = self._catalog().load_table(self.ref.identifier)
         except NoSuchTableError:
-            self._reset(None, None)
+            self._looked = True
+            self._uuid, self._snapshot_id, self._snapshot_ms = None, None, None
             return self.view()
+        self._looked = True
         current = table.current_snapshot()
         uuid = str(table.metadata.table_uuid)
+        if first:
+            # Logged before the start: only each table and operation's latest run is read.
+            if current is not None:
+                _merge(self._totals, _latest_only(self._read_recent(table, current)))
+            self._uuid = uuid
+            self._snapshot_id = current.snapshot_id if current else None
+            self._snapshot_ms = current.timestamp_ms if current else None
+            return self.view()
         if current is None:
-            self._reset(uuid, None)
+            self._uuid, self._snapshot_id, self._snapshot_ms = uuid, None, None
             return self.view()
         if uuid == self._uuid and current.snapshot_id == self._snapshot_id:
             return self.view()
-        new = self._since_last(table, current) if uuid == self._uuid else None
-        if new is not None:
-            try:
-                more = self._read_appends(table, new)
-            except Exception:  # a file gone under us (expired since): read it all again
-                more = None
-            if more is not None:
-                _merge(self._totals, more)
-                self._snapshot_id = current.snapshot_id
-                return self.view()
-        self._full_read(table, uuid, current)
+        if uuid != self._uuid:  # a log table made since the last look: all of it is new
+            self._uuid, self._snapshot_id, self._snapshot_ms = uuid, None, None
+        new = self._since_last(table, current)
+        # Another error (storage unreachable) raises: the next refresh reads them again.
+        with contextlib.suppress(FileNotFoundError):  # rows deleted and expired since
+            _merge(self._totals, self._read_appends(table, new))
+        self._snapshot_id, self._snapshot_ms = current.snapshot_id, current.timestamp_ms
         return self.view()
 
-    def _reset(self, uuid: str | None, snapshot_id: int | None) -> None:
-        self._totals = {}
-        self._uuid = uuid
-        self._snapshot_id = snapshot_id
-
-    def _since_last(self, table: Table, current: Snapshot) -> list[Snapshot] | None:
-        """The snapshots committed since the one read last, oldest first; None when the
-        walk cannot reach it, or one of them deleted or overwrote rows."""
-        if self._snapshot_id is None:
-            return None
+    def _since_last(self, table: Table, current: Snapshot) -> list[Snapshot]:
+        """The snapshots committed since the one read last (all of them when none was),
+        oldest first. Where the walk cannot reach it (it expired, or the log was rolled
+        back), the ancestors committed after it are."""
         found: list[Snapshot] = []
         snapshot: Snapshot | None = current
         while snapshot is not None and snapshot.snapshot_id != self._snapshot_id:
-            operation = snapshot.summary.operation.value if snapshot.summary else "append"
-            if operation not in ("append", "replace") and not _removes_rows_only(snapshot):
-                return None
             found.append(snapshot)
             parent = snapshot.parent_snapshot_id
             snapshot = table.snapshot_by_id(parent) if parent is not None else None
-        if snapshot is None:  # the one read last is not an ancestor any more
-            return None
+        if snapshot is None and self._snapshot_ms is not None:
+            found = [s for s in found if s.timestamp_ms > self._snapshot_ms]
         return list(reversed(found))
 
     def _read_appends(self, table: Table, snapshots: Iterable[Snapshot]) -> Totals:
-        """The rows the ``append`` snapshots among ``snapshots`` added."""
+        """The rows the ``append`` snapshots among ``snapshots`` added; the others add no
+        row to the log (its compaction and a retention's deletes move or drop rows)."""
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
@@ -393,21 +416,28 @@ class LogTotals:
         projected = table.schema().select(*COLUMNS)
         rows = ArrowScan(table.metadata, table.io, projected, AlwaysTrue()).to_table(tasks)
         self.rows_read += rows.num_rows
+        self.files_read += len(tasks)
         return aggregate(rows)
 
-    def _full_read(self, table: Table, uuid: str, current: Snapshot) -> None:
-        """Every row of the log at ``current``, batch by batch."""
+    def _read_recent(self, table: Table, current: Snapshot) -> Totals:
+        """The totals of the rows logged within :attr:`recent` of now, at ``current``: the
+        data files whose ``executed_at`` bounds lie wholly before are not read."""
         import pyarrow as pa
 
+        since = datetime.fromtimestamp(self._wall_clock(), UTC) - self.recent
+        scan = table.scan(
+            row_filter=f"executed_at >= '{since.isoformat()}'",
+            selected_fields=COLUMNS,
+            snapshot_id=current.snapshot_id,
+        )
+        tasks = list(scan.plan_files())
         totals: Totals = {}
-        reader = table.scan(selected_fields=COLUMNS, snapshot_id=current.snapshot_id)
-        for batch in reader.to_arrow_batch_reader():
+        for batch in scan.to_arrow_batch_reader():
             self.rows_read += batch.num_rows
             _merge(totals, aggregate(pa.Table.from_batches([batch])))
-        self._totals = totals
-        self._uuid = uuid
-        self._snapshot_id = current.snapshot_id
+        self.files_read += len(tasks)
         self.full_reads += 1
+        return totals
 
 
 def first_number(pattern: str, text: str | None) -> int | None:
