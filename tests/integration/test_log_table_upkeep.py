@@ -83,12 +83,15 @@ def test_log_rows_older_than_the_history_setting_are_deleted_by_the_logs_own_upk
     ref = maintainer.log_table
     ensure_log_table(lh.catalog, ref)
     schema = lh.catalog.load_table(ref.identifier).schema().as_arrow()
+    # An exporter running since before the rows were logged counts all five.
+    totals = LogTotals(lambda: lh.catalog, ref)
+    totals.refresh()
     now = datetime.now(UTC)
     ages = {"a year": 365, "40 days": 40, "31 days": 31, "29 days": 29, "today": 0}
     rows = [_log_row(name, now - timedelta(days=days)) for name, days in ages.items()]
     lh.catalog.load_table(ref.identifier).append(pa.Table.from_pylist(rows, schema=schema))
-    totals = LogTotals(lambda: lh.catalog, ref)
     seen = totals.refresh()
+    assert seen.totals[("lakehouse.logs", "optimize")].rows == 5
 
     upkeep = maintainer.maintain_log_table()
 
@@ -104,7 +107,7 @@ def test_log_rows_older_than_the_history_setting_are_deleted_by_the_logs_own_upk
     # The exporter's counters do not go down: the delete is not read as rows lost.
     after = totals.refresh()
     assert after.totals[("lakehouse.logs", "optimize")].rows == 5
-    assert after.full_reads == seen.full_reads == 1
+    assert after.full_reads == seen.full_reads  # the delete made no read of the whole log
 
     # 30.5 days old: past the setting, but within the day of slack: no delete this pass.
     almost = _log_row("30.5 days", now - timedelta(days=30, hours=12))
