@@ -96,3 +96,30 @@ def test_a_steady_tick_reads_the_operations_of_due_and_failing_tables_only(
     assert read["a.ok"].operations == {} and not read["a.ok"].operations_read
     # What was not read is not mistaken for a request nobody answered.
     assert read["a.ok"].unanswered() == ()
+
+
+def test_one_sensors_request_never_hides_anothers_unanswered_one(memory: TriggerMemory) -> None:
+    """The health sensor asks for optimize; the WAL sensor for the ingest while that run
+    waits; only the ingest is answered: optimize is still unanswered."""
+    memory.record_requests(
+        [("ns.t", ["optimize"])], "table_health_sensor", NOW, run_keys={"ns.t": "health:k"}
+    )
+    memory.record_requests(
+        [("ns.t", ["wal_compaction"])], "wal_size_sensor", NOW + 1, run_keys={"ns.t": "wal:k"}
+    )
+    memory.record_pass(
+        PassRecord(
+            "ns.t",
+            "wal-run",
+            (OperationAttempt("wal_compaction", "completed"),),
+            requested=("wal_compaction",),
+        ),
+        now=NOW + 5,
+        **BACKOFF,
+    )
+    [(request, unanswered)] = memory.tables_memory()["ns.t"].unanswered()
+    assert (request.by, request.run_key, unanswered) == (
+        "table_health_sensor",
+        "health:k",
+        ("optimize",),
+    )
