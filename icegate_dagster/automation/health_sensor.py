@@ -7,11 +7,12 @@
    (``look``); every other table keeps its last look.
 4. **Remember**: read the trigger's memory (every table's last request and pass, and the
    operations of the due tables and of those that keep failing) and the busy tables (one
-   question to the instance, one to the lease store); a request no run answered counts as
-   a failure of its operations.
+   question to the instance, one to the lease store); a request no pass answered counts
+   as a failure of its operations when its run ended, and is forgotten when Dagster never
+   made one (``Tick.count_lost``).
 5. **Decide** which due tables go now (``trigger.selection``: back-off, unchanged state,
-   ``min_interval``, longest-waiting first within the budget), number the decisions in the
-   memory and make the run requests (``requests``).
+   ``min_interval``, longest-waiting first within the budget), make the run requests and
+   remember them with their keys (``requests``).
 6. **Record** what changed on partition pages and, when the lakehouse's verdicts changed
    or an hour passed, ``lakehouse_health`` over every table (``events``).
 
