@@ -84,12 +84,21 @@ class Tick:
 
     @classmethod
     def for_run(cls, instance: dg.DagsterInstance, lakehouse: LakehouseResource) -> Tick:
-        """The same for a run (``lakehouse_health``'s own materialization)."""
-        return cls.open(instance, None, lakehouse)
+        """The same for a run (``lakehouse_health``'s own materialization): no deadline
+        bounds its memory's lock waits (a run is not canceled at 60 s)."""
+        return cls.open(instance, None, lakehouse, bounded=False)
 
     @classmethod
-    def open(cls, instance: dg.DagsterInstance, log: Any, lakehouse: LakehouseResource) -> Tick:
-        """Open the stores and read the clock; the deadline starts now."""
+    def open(
+        cls,
+        instance: dg.DagsterInstance,
+        log: Any,
+        lakehouse: LakehouseResource,
+        *,
+        bounded: bool = True,
+    ) -> Tick:
+        """Open the stores and read the clock; the deadline starts now (``bounded``: the
+        memory waits for a lock until shortly before it at most)."""
         started = time.monotonic()
         config = lakehouse.config()
         deadline = started + config.trigger.tick_deadline.total_seconds()
@@ -97,8 +106,10 @@ class Tick:
         try:
             tick.locks = lease_store(config, lakehouse.catalog())
             if tick.locks is not None:
-                reserve = config.trigger.tick_deadline.total_seconds() * WRITE_RESERVE
-                tick.memory = memory_for(tick.locks.engine).within(deadline - reserve)
+                tick.memory = memory_for(tick.locks.engine)
+                if bounded:
+                    reserve = config.trigger.tick_deadline.total_seconds() * WRITE_RESERVE
+                    tick.memory = tick.memory.within(deadline - reserve)
         except Exception as exc:
             tick.store_error = describe_error(exc, tick.scrub)
         clock = _clock.get()
