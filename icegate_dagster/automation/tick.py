@@ -282,7 +282,9 @@ class Tick:
         """Forget requests no run was made of: their tables are asked for again in turn."""
         assert self.memory is not None
         try:
-            self.memory.drop_requests([(table, request.by) for table, request in never])
+            self.memory.drop_requests(
+                [(table, request.by, request.run_key or "") for table, request in never]
+            )
         except Exception as exc:
             self.warnings.append(
                 "cannot forget requests that never reached Dagster: "

@@ -123,3 +123,18 @@ def test_one_sensors_request_never_hides_anothers_unanswered_one(memory: Trigger
         "health:k",
         ("optimize",),
     )
+
+
+def test_a_request_that_never_reached_dagster_is_forgotten_unless_a_newer_one_took_its_slot(
+    memory: TriggerMemory,
+) -> None:
+    memory.record_requests([("ns.t", ["optimize"])], "h", NOW, run_keys={"ns.t": "h:1"})
+    memory.record_requests([("ns.u", ["optimize"])], "h", NOW, run_keys={"ns.u": "h:2"})
+    memory.record_requests([("ns.u", ["optimize"])], "h", NOW + 9, run_keys={"ns.u": "h:3"})
+    memory.drop_requests([("ns.t", "h", "h:1"), ("ns.u", "h", "h:2")])
+    remembered = memory.tables_memory()
+    assert remembered["ns.t"].requests == {} and remembered["ns.t"].requested_at is None
+    assert remembered["ns.u"].requests["h"].run_key == "h:3"
+    # A table discovery confirms gone leaves no request behind.
+    memory.forget(["ns.u"])
+    assert "ns.u" not in memory.tables_memory()

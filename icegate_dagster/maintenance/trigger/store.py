@@ -481,18 +481,23 @@ class TriggerMemory:
             )
         return numbers
 
-    def drop_requests(self, requests: Collection[tuple[str, str]]) -> None:
-        """Forget requests that never reached Dagster: ``(table, sensor)`` pairs."""
+    def drop_requests(self, requests: Collection[tuple[str, str, str]]) -> None:
+        """Forget requests that never reached Dagster: ``(table, sensor, run key)``; a newer
+        request of the same sensor (another key) stays."""
         from sqlalchemy import and_, delete
 
         if not requests:
             return
         table = self.requests
         with self._transaction() as conn:
-            for name, by in sorted(set(requests)):
+            for name, by, run_key in sorted(set(requests)):
                 conn.execute(
                     delete(table).where(
-                        and_(table.c.table_name == name, table.c.requested_by == by)
+                        and_(
+                            table.c.table_name == name,
+                            table.c.requested_by == by,
+                            table.c.run_key == run_key,
+                        )
                     )
                 )
 
