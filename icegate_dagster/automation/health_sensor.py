@@ -7,11 +7,12 @@
    (``look``); every other table keeps its last look.
 4. **Remember**: read the trigger's memory (every table's last request and pass, and the
    operations of the due tables and of those that keep failing) and the busy tables (one
-   question to the instance, one to the lease store); a request no run answered counts as
-   a failure of its operations.
+   question to the instance, one to the lease store); a request no pass answered counts
+   as a failure of its operations when its run ended, and is forgotten when Dagster never
+   made one (``Tick.count_lost``).
 5. **Decide** which due tables go now (``trigger.selection``: back-off, unchanged state,
-   ``min_interval``, longest-waiting first within the budget), number the decisions in the
-   memory and make the run requests (``requests``).
+   ``min_interval``, longest-waiting first within the budget), make the run requests and
+   remember them with their keys (``requests``).
 6. **Record** what changed on partition pages and, when the lakehouse's verdicts changed
    or an hour passed, ``lakehouse_health`` over every table (``events``).
 
@@ -41,7 +42,7 @@ from icegate_dagster.automation.look import (
     look_at_lakehouse,
     unsafe_sharing,
 )
-from icegate_dagster.automation.requests import sensor_run_requests
+from icegate_dagster.automation.requests import request_runs
 from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, BatchEntry
 from icegate_dagster.automation.tick import Tick, partitions_to_add
 from icegate_dagster.errors import describe_error
@@ -54,6 +55,7 @@ from icegate_dagster.maintenance.trigger.selection import (
     select_runs,
     summarize,
 )
+from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.resources import LakehouseResource
 
 #: The neediest table's need (100 - score) on a health trigger run.
@@ -167,14 +169,20 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
     tick.heal()
 
     budget = config.trigger.tick_deadline.total_seconds() * (1 - LOOK_SHARE)
-    look = look_at_lakehouse(
-        maintainer,
-        tick.memory,
-        tick.now,
-        until=tick.deadline - budget,
-        resume_at=cursor.resume_at,
-        listing=listing,
-    )
+    try:
+        look = look_at_lakehouse(
+            maintainer,
+            tick.memory,
+            tick.now,
+            until=tick.deadline - budget,
+            resume_at=cursor.resume_at,
+            listing=listing,
+        )
+    except MemoryBusy as exc:  # its looks stay in this process; stored at the next tick
+        return dg.SensorResult(
+            skip_reason=f"cannot store this tick's looks: {exc}",
+            dynamic_partitions_requests=add,
+        )
     if look.waiting:
         context.log.warning(
             f"looked at {len(look.fresh)} tables in this tick; {look.waiting} more out of date "
@@ -206,23 +214,33 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         )
 
     requests: list[dg.RunRequest] = []
+    unrequested = None
     if selection.requested and tick.memory is None:
-        tick.warnings.append(
+        unrequested = (
             "no run requested: the trigger's memory (the lease store) is needed to number "
             f"run requests: {tick.store_error}"
         )
     elif selection.requested and tick.memory is not None:
-        chosen = [(r.table, r.operations) for r in selection.requested]
-        decisions = tick.memory.record_requests(chosen, HEALTH_SENSOR, tick.now)
         entries = [BatchEntry(r.table, r.operations, states[r.table]) for r in selection.requested]
         needs = {r.table: r.need for r in selection.requested}
-        requests = sensor_run_requests(
-            entries,
-            decisions,
-            trigger=HEALTH_SENSOR,
-            tables_per_run=config.trigger.tables_per_run,
-            tags=lambda chunk: {NEED_TAG: f"{max(needs[e.table] for e in chunk):g}"},
-        )
+        try:
+            requests = request_runs(
+                tick.memory,
+                entries,
+                memory,
+                trigger=HEALTH_SENSOR,
+                tables_per_run=config.trigger.tables_per_run,
+                now=tick.now,
+                tags=lambda chunk: {NEED_TAG: f"{max(needs[e.table] for e in chunk):g}"},
+            )
+        except Exception as exc:
+            unrequested = (
+                f"no run requested: cannot remember the {len(entries)} requests in the "
+                f"trigger's memory: {describe_error(exc, tick.scrub)}"
+            )
+    if unrequested is not None:
+        tick.warnings.append(unrequested)
+    if requests:
         context.log.info(
             f"requesting {len(selection.requested)} tables in {len(requests)} runs: "
             + _some([f"{r.table} ({', '.join(r.operations)})" for r in selection.requested])
@@ -233,7 +251,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         context.instance,
         look,
         memory,
-        busy=[r.table for r in selection.requested] + list(busy),
+        busy=[r.table for r in selection.requested if requests] + list(busy),
     )
     sharing = unsafe_sharing(look)
     if sharing:
@@ -265,7 +283,9 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
     stored = cursor.serialize()
     return dg.SensorResult(
         run_requests=requests,
-        skip_reason=None if requests else skip_reason(selection, report, look),
+        skip_reason=None
+        if requests
+        else "; ".join(filter(None, [unrequested, skip_reason(selection, report, look)])),
         asset_events=events,
         dynamic_partitions_requests=add,
         cursor=stored if stored != context.cursor else None,

@@ -3,7 +3,9 @@ reads (the lease store and the trigger's memory), which tables are busy, the hea
 runs whose worker is gone, and partitions for tables discovery has not added yet.
 
 The clock is the lease store's database clock, the one every maintainer writes the
-trigger's memory with; a test replaces it with :func:`simulated_clock`.
+trigger's memory with; a test replaces it with :func:`simulated_clock`. The trigger's
+memory waits for another writer's lock until shortly before the deadline at most
+(:data:`WRITE_RESERVE`), so a locked store ends the tick in time, saying so.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,10 +26,21 @@ from icegate_dagster.config import IcegateConfig
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.leases.store import TableLocks
-from icegate_dagster.maintenance.trigger.records import TableMemory
-from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
+from icegate_dagster.maintenance.trigger.records import OpenRequest, TableMemory, utc
+from icegate_dagster.maintenance.trigger.store import MemoryBusy, TriggerMemory, memory_for
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+
+#: The share of the tick's deadline kept for ending the tick after its memory waited for a
+#: lock (making the result from what it has).
+WRITE_RESERVE = 0.1
+#: How long after a request its run may take to appear in the instance: the evaluation
+#: ends within Dagster's 60 s and the daemon makes the runs right after. A request older
+#: than this with no run of its key never reached Dagster (the tick was canceled, or failed
+#: after it wrote the memory): it is forgotten, not counted as a failure.
+LAUNCH_GRACE_S = 180.0
+#: The tag Dagster puts on a run a sensor asked for, with the request's key.
+RUN_KEY_TAG = "dagster/run_key"
 
 _clock: contextvars.ContextVar[Callable[[], float] | None] = contextvars.ContextVar(
     "icegate_trigger_clock", default=None
@@ -71,12 +84,21 @@ class Tick:
 
     @classmethod
     def for_run(cls, instance: dg.DagsterInstance, lakehouse: LakehouseResource) -> Tick:
-        """The same for a run (``lakehouse_health``'s own materialization)."""
-        return cls.open(instance, None, lakehouse)
+        """The same for a run (``lakehouse_health``'s own materialization): no deadline
+        bounds its memory's lock waits (a run is not canceled at 60 s)."""
+        return cls.open(instance, None, lakehouse, bounded=False)
 
     @classmethod
-    def open(cls, instance: dg.DagsterInstance, log: Any, lakehouse: LakehouseResource) -> Tick:
-        """Open the stores and read the clock; the deadline starts now."""
+    def open(
+        cls,
+        instance: dg.DagsterInstance,
+        log: Any,
+        lakehouse: LakehouseResource,
+        *,
+        bounded: bool = True,
+    ) -> Tick:
+        """Open the stores and read the clock; the deadline starts now (``bounded``: the
+        memory waits for a lock until shortly before it at most)."""
         started = time.monotonic()
         config = lakehouse.config()
         deadline = started + config.trigger.tick_deadline.total_seconds()
@@ -85,6 +107,9 @@ class Tick:
             tick.locks = lease_store(config, lakehouse.catalog())
             if tick.locks is not None:
                 tick.memory = memory_for(tick.locks.engine)
+                if bounded:
+                    reserve = config.trigger.tick_deadline.total_seconds() * WRITE_RESERVE
+                    tick.memory = tick.memory.within(deadline - reserve)
         except Exception as exc:
             tick.store_error = describe_error(exc, tick.scrub)
         clock = _clock.get()
@@ -153,43 +178,130 @@ class Tick:
                 )
         return busy
 
-    def count_lost(self, memory: dict[str, TableMemory], busy: Mapping[str, str]) -> list[str]:
-        """A request whose operations no pass answered, for a table no unfinished run
-        covers: its run ended without recording the table (worker gone, run failed early,
-        canceled). Counted as a failure of those operations (they back off like any
-        failure); ``memory`` is updated in place. Returns what was counted, for the log."""
+    def count_lost(self, memory: dict[str, TableMemory], busy: dict[str, str]) -> list[str]:
+        """Settle the requests no pass answered, of tables no unfinished run covers, by what
+        the instance knows of the run with the request's key:
+
+        - it ended (worker gone, run failed early, canceled): a failure of the operations
+          (they back off like any failure); ``memory`` is updated in place;
+        - it is still unfinished (a run the table's ``busy`` view leaves out): nothing;
+        - there is none yet, within :data:`LAUNCH_GRACE_S` of the request: the daemon may
+          still be making it; the table is ``busy`` until then;
+        - there is none after that: Dagster never got the request (its tick was canceled
+          or failed after it wrote the memory): the request is forgotten, no failure.
+
+        Returns what was counted as lost, for the log."""
         if self.memory is None:
             return []
-        counted = []
-        trigger = self.config.trigger
-        for table, remembered in memory.items():
-            unanswered = remembered.unanswered()
-            if not unanswered or table in busy:
-                continue
-            why = (
-                f"the run {remembered.requested_by or 'a sensor'} asked for ended without "
-                "recording this table (its worker died, it failed before the table, or it "
-                "was canceled)"
+        open_requests = [
+            (table, request, operations)
+            for table, remembered in memory.items()
+            if table not in busy
+            for request, operations in remembered.unanswered()
+        ]
+        if not open_requests:
+            return []
+        try:
+            runs = self._runs_by_key({r.run_key for _, r, _ in open_requests if r.run_key})
+        except Exception as exc:  # judged at the next tick
+            self.warnings.append(
+                "cannot tell whether unanswered requests reached Dagster: "
+                f"{describe_error(exc, self.scrub)}"
             )
+            return []
+        counted: list[str] = []
+        never: list[tuple[str, OpenRequest]] = []
+        for table, request, operations in open_requests:
+            found = runs.get(request.run_key or "", [])
+            if request.run_key is not None and not found:
+                if self.now - request.requested_at < LAUNCH_GRACE_S:
+                    busy.setdefault(
+                        table,
+                        f"requested by {request.by} at {utc(request.requested_at)}; its run "
+                        "is not made yet",
+                    )
+                else:
+                    never.append((table, request))
+                continue
+            if any(not run.is_finished for run in found):
+                continue
             try:
-                updated = self.memory.record_lost(
-                    table,
-                    unanswered,
-                    why,
-                    now=self.now,
-                    backoff=trigger.backoff,
-                    backoff_max=trigger.backoff_max,
-                )
+                self._count_lost(memory, table, request, operations)
+            except MemoryBusy as exc:
+                self.warnings.append(f"cannot count lost requests: {exc}")
+                break
             except Exception as exc:
                 self.warnings.append(
                     f"{table}: cannot count its lost request: {describe_error(exc, self.scrub)}"
                 )
                 continue
-            operations = dict(remembered.operations)
-            operations.update({m.operation: m for m in updated})
-            memory[table] = replace(remembered, operations=operations)
-            counted.append(f"{table} ({', '.join(unanswered)})")
+            counted.append(f"{table} ({', '.join(operations)})")
+        if never:
+            self._forget_requests(memory, never)
         return counted
+
+    def _runs_by_key(self, keys: set[str]) -> dict[str, list[Any]]:
+        """The runs with each of ``keys`` as their run key, one question per key (as the
+        sensor daemon asks: faster than one with all of them)."""
+        found: dict[str, list[Any]] = {}
+        for key in sorted(keys):
+            runs = self.instance.get_runs(filters=dg.RunsFilter(tags={RUN_KEY_TAG: key}))
+            if runs:
+                found[key] = list(runs)
+        return found
+
+    def _count_lost(
+        self,
+        memory: dict[str, TableMemory],
+        table: str,
+        request: OpenRequest,
+        operations: tuple[str, ...],
+    ) -> None:
+        assert self.memory is not None
+        trigger = self.config.trigger
+        why = (
+            f"the run {request.by} asked for ended without recording this table (its worker "
+            "died, it failed before the table, or it was canceled)"
+        )
+        updated = self.memory.record_lost(
+            table,
+            operations,
+            why,
+            now=self.now,
+            backoff=trigger.backoff,
+            backoff_max=trigger.backoff_max,
+        )
+        remembered = memory[table]
+        ops = dict(remembered.operations)
+        ops.update({m.operation: m for m in updated})
+        memory[table] = replace(remembered, operations=ops)
+
+    def _forget_requests(
+        self, memory: dict[str, TableMemory], never: list[tuple[str, OpenRequest]]
+    ) -> None:
+        """Forget requests no run was made of: their tables are asked for again in turn."""
+        assert self.memory is not None
+        try:
+            self.memory.drop_requests(
+                [(table, request.by, request.run_key or "") for table, request in never]
+            )
+        except Exception as exc:
+            self.warnings.append(
+                "cannot forget requests that never reached Dagster: "
+                f"{describe_error(exc, self.scrub)}"
+            )
+            return
+        for table, request in never:
+            remembered = memory[table]
+            requests = {by: r for by, r in remembered.requests.items() if by != request.by}
+            memory[table] = replace(remembered, requests=requests)
+        self.warnings.append(
+            f"{len(never)} requests never reached Dagster (no run has their key "
+            f"{LAUNCH_GRACE_S:.0f} s later: the tick that made them was canceled or failed), "
+            "forgotten without counting a failure: "
+            + "; ".join(f"{t} ({r.run_key})" for t, r in never[:10])
+            + (f"; and {len(never) - 10} more" if len(never) > 10 else "")
+        )
 
 
 def partitions_to_add(

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from icegate_dagster.automation.look import list_tables
-from icegate_dagster.automation.requests import sensor_run_requests
+from icegate_dagster.automation.requests import request_runs
 from icegate_dagster.automation.runs import BATCH_JOB, WAL_SENSOR, BatchEntry
 from icegate_dagster.automation.tick import Tick, partitions_to_add
 from icegate_dagster.errors import IcegateError, describe_error
@@ -168,29 +168,35 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
             )
         return dg.SensorResult(skip_reason="; ".join(reasons), dynamic_partitions_requests=add)
 
-    decisions = tick.memory.record_requests(
-        [(t, (OPERATION,)) for t in chosen], WAL_SENSOR, tick.now
-    )
     entries = [BatchEntry(t, (OPERATION,), backlog_id(t, due[t])) for t in chosen]
+
+    def backlog_tags(chunk: Sequence[BatchEntry]) -> dict[str, str]:
+        return {BACKLOG_TAG: chunk[0].state or ""} if len(chunk) == 1 else {}
+
+    try:
+        requests = request_runs(
+            tick.memory,
+            entries,
+            memory,
+            trigger=WAL_SENSOR,
+            tables_per_run=config.trigger.tables_per_run,
+            now=tick.now,
+            tags=backlog_tags,
+        )
+    except Exception as exc:
+        return dg.SensorResult(
+            skip_reason=(
+                f"no run requested: cannot remember the {len(entries)} requests in the "
+                f"trigger's memory: {describe_error(exc, tick.scrub)}"
+            ),
+            dynamic_partitions_requests=add,
+        )
     context.log.info(
         f"requesting wal_compaction of {len(chosen)} tables: "
         + _some([f"{t} ({due[t].files} files, {due[t].bytes} bytes)" for t in chosen])
         + (f"; {len(later)} more wait for the next tick (trigger.max_tables)" if later else "")
     )
-
-    def backlog_tags(chunk: Sequence[BatchEntry]) -> dict[str, str]:
-        return {BACKLOG_TAG: chunk[0].state or ""} if len(chunk) == 1 else {}
-
-    return dg.SensorResult(
-        run_requests=sensor_run_requests(
-            entries,
-            decisions,
-            trigger=WAL_SENSOR,
-            tables_per_run=config.trigger.tables_per_run,
-            tags=backlog_tags,
-        ),
-        dynamic_partitions_requests=add,
-    )
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=add)
 
 
 @dg.sensor(

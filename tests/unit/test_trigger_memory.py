@@ -96,3 +96,45 @@ def test_a_steady_tick_reads_the_operations_of_due_and_failing_tables_only(
     assert read["a.ok"].operations == {} and not read["a.ok"].operations_read
     # What was not read is not mistaken for a request nobody answered.
     assert read["a.ok"].unanswered() == ()
+
+
+def test_one_sensors_request_never_hides_anothers_unanswered_one(memory: TriggerMemory) -> None:
+    """The health sensor asks for optimize; the WAL sensor for the ingest while that run
+    waits; only the ingest is answered: optimize is still unanswered."""
+    memory.record_requests(
+        [("ns.t", ["optimize"])], "table_health_sensor", NOW, run_keys={"ns.t": "health:k"}
+    )
+    memory.record_requests(
+        [("ns.t", ["wal_compaction"])], "wal_size_sensor", NOW + 1, run_keys={"ns.t": "wal:k"}
+    )
+    memory.record_pass(
+        PassRecord(
+            "ns.t",
+            "wal-run",
+            (OperationAttempt("wal_compaction", "completed"),),
+            requested=("wal_compaction",),
+        ),
+        now=NOW + 5,
+        **BACKOFF,
+    )
+    [(request, unanswered)] = memory.tables_memory()["ns.t"].unanswered()
+    assert (request.by, request.run_key, unanswered) == (
+        "table_health_sensor",
+        "health:k",
+        ("optimize",),
+    )
+
+
+def test_a_request_that_never_reached_dagster_is_forgotten_unless_a_newer_one_took_its_slot(
+    memory: TriggerMemory,
+) -> None:
+    memory.record_requests([("ns.t", ["optimize"])], "h", NOW, run_keys={"ns.t": "h:1"})
+    memory.record_requests([("ns.u", ["optimize"])], "h", NOW, run_keys={"ns.u": "h:2"})
+    memory.record_requests([("ns.u", ["optimize"])], "h", NOW + 9, run_keys={"ns.u": "h:3"})
+    memory.drop_requests([("ns.t", "h", "h:1"), ("ns.u", "h", "h:2")])
+    remembered = memory.tables_memory()
+    assert remembered["ns.t"].requests == {} and remembered["ns.t"].requested_at is None
+    assert remembered["ns.u"].requests["h"].run_key == "h:3"
+    # A table discovery confirms gone leaves no request behind.
+    memory.forget(["ns.u"])
+    assert "ns.u" not in memory.tables_memory()

@@ -13,6 +13,7 @@ from icegate_dagster.config import TriggerSettings
 from icegate_dagster.maintenance.health.checks import health_score_check
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.trigger.records import (
+    OpenRequest,
     OperationAttempt,
     OperationMemory,
     TableMemory,
@@ -110,7 +111,11 @@ def test_the_longest_waiting_table_goes_first_whatever_its_need() -> None:
     assert [r.table for r in selection.requested] == ["a.patient", "a.new"]
     assert selection.backlog.tables == ("a.needy",)
     # A request counts as being served as much as a pass.
-    asked = {"a.patient": TableMemory("a.patient", requested_at=NOW - 60)}
+    asked = {
+        "a.patient": TableMemory(
+            "a.patient", requests={"h": OpenRequest("h", NOW - 60, ("optimize",))}
+        )
+    }
     again = select(
         tables,
         memory={**memory, **asked},
@@ -309,18 +314,13 @@ def test_an_attempts_outcome_counts_failures_and_ineffective_runs_apart() -> Non
 
 def test_a_request_is_unanswered_until_a_pass_records_each_of_its_operations() -> None:
     attempt = OperationMemory("a.t", "optimize", NOW + 5, "completed")
-    asked = TableMemory(
-        "a.t",
-        requested_at=NOW,
-        requested_ops=("optimize", "expire_snapshots"),
-        operations={"optimize": attempt},
-    )
-    assert asked.unanswered() == ("expire_snapshots",)
+    request = OpenRequest("h", NOW, ("optimize", "expire_snapshots"), "health:a.t:1-x")
+    asked = TableMemory("a.t", requests={"h": request}, operations={"optimize": attempt})
+    assert asked.unanswered() == ((request, ("expire_snapshots",)),)
     # An outcome recorded at the very instant of the request is an older one.
-    same_instant = TableMemory(
-        "a.t", requested_at=NOW + 5, requested_ops=("optimize",), operations={"optimize": attempt}
-    )
-    assert same_instant.unanswered() == ("optimize",)
+    same = OpenRequest("h", NOW + 5, ("optimize",))
+    same_instant = TableMemory("a.t", requests={"h": same}, operations={"optimize": attempt})
+    assert same_instant.unanswered() == ((same, ("optimize",)),)
     assert TableMemory("a.t").unanswered() == ()
 
 

@@ -5,8 +5,9 @@ that pick which due tables to maintain now.
 
 - :mod:`.records`: an attempt's outcome (failed, held elsewhere, still due after it),
   consecutive failures, when the operation may be tried next (pure);
-- :mod:`.store`: the three tables (outcomes per operation; the trigger's decisions, the
-  last pass and what each partition shows; the last look at each table) and their queries;
+- :mod:`.store`: the four tables (outcomes per operation; the trigger's decisions, the
+  last pass and what each partition shows; the last look at each table; each sensor's last
+  request and its run key) and their queries;
 - :mod:`.selection`: which due tables go now, which wait and why, the lakehouse's totals
   (pure).
 

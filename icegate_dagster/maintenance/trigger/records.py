@@ -219,16 +219,27 @@ def lost(
 
 
 @dataclass(frozen=True)
+class OpenRequest:
+    """A sensor's last request of a table: what it asked for, when, and the key of the run it
+    asked for (each sensor has its own, so one never hides another's)."""
+
+    by: str
+    requested_at: float
+    operations: tuple[str, ...]
+    #: The run's key (None: a request made without one, such as by an older version).
+    run_key: str | None = None
+
+
+@dataclass(frozen=True)
 class TableMemory:
     """The trigger's memory of one table as a whole."""
 
     table: str
-    #: How many runs the sensors have asked for (each request's run key holds its number,
-    #: so no decision ever reuses a key).
+    #: How many runs the sensors have asked for (a run key holds the number, and a random
+    #: part that keeps it unique whatever the memory went through).
     decisions: int = 0
-    requested_at: float | None = None
-    requested_ops: tuple[str, ...] = ()
-    requested_by: str | None = None
+    #: Each sensor's last request (by sensor name; read with the operations only).
+    requests: Mapping[str, OpenRequest] = field(default_factory=dict)
     #: When a pass (anyone's) last recorded the table.
     recorded_at: float | None = None
     #: The state right after the last pass that assessed it.
@@ -241,16 +252,28 @@ class TableMemory:
     #: Whether ``operations`` was read (a steady tick reads only the due tables' ones).
     operations_read: bool = True
 
-    def unanswered(self) -> tuple[str, ...]:
-        """The operations of the last request that no pass answered since it was made
-        (none when its operations were not read)."""
-        if self.requested_at is None or not self.operations_read:
+    @property
+    def requested_at(self) -> float | None:
+        """When a sensor last asked for the table (None: never, or not read)."""
+        return max((r.requested_at for r in self.requests.values()), default=None)
+
+    def unanswered(self) -> tuple[tuple[OpenRequest, tuple[str, ...]], ...]:
+        """Each sensor's request with its operations that no pass answered since it was made
+        (none when the operations were not read)."""
+        if not self.operations_read:
             return ()
-        return tuple(
-            op
-            for op in self.requested_ops
-            if (done := self.operations.get(op)) is None or done.attempted_at <= self.requested_at
-        )
+        found = []
+        for by in sorted(self.requests):
+            request = self.requests[by]
+            ops = tuple(
+                op
+                for op in request.operations
+                if (done := self.operations.get(op)) is None
+                or done.attempted_at <= request.requested_at
+            )
+            if ops:
+                found.append((request, ops))
+        return tuple(found)
 
 
 #: Characters of a shown state.

@@ -1,6 +1,6 @@
 """The trigger's memory in the deployment's shared SQL database (the lease store's engine).
 
-Three tables, each a row per table (and operation):
+Four tables, each a row per table (and operation, or sensor):
 
 - ``icegate_trigger_outcomes`` (table, operation): the last attempt, its outcome, the
   consecutive failures and ineffective attempts, when the next attempt may start, the
@@ -8,8 +8,11 @@ Three tables, each a row per table (and operation):
   each table finishes (Dagster runs and CLI passes alike), and by a sensor that finds a
   request its run never answered;
 - ``icegate_trigger_tables`` (table): the sensors' decisions (a counter that numbers
-  every run request, so no run key is ever used twice), the last request, the last pass
-  and the state it left, and what the table's partition page shows;
+  every run request), the last pass and the state it left, and what the table's partition
+  page shows;
+- ``icegate_trigger_requests`` (table, sensor): each sensor's last request of the table:
+  when, which operations, and its run's key (so a request is counted lost only when its
+  run provably ended without the table, and one sensor's request never hides another's);
 - ``icegate_trigger_looks`` (table): the health trigger's last look at the table: its
   metadata file, its WAL, when a time-based operation may fall due, and its health
   summary or the error that kept it from being read. A steady tick re-reads only the
@@ -18,22 +21,28 @@ Three tables, each a row per table (and operation):
 Times are epoch seconds by the database's clock (:meth:`TriggerMemory.now`), so hosts whose
 clocks disagree share one time line. Every write is one short transaction; a table's rows
 are written by one maintainer at a time (its lease) and by the sensors, each writing its
-own columns.
+own columns. A sensor's tick uses the memory :meth:`~TriggerMemory.within` its deadline: a
+database another writer keeps locked fails a statement with :class:`MemoryBusy` when the
+deadline comes, instead of waiting out SQLite's 30 s (or a server's lock wait).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+import time
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.sql_store import create_tables, db_now, epoch_type, upsert
 from icegate_dagster.maintenance.trigger.records import (
     OUTCOMES,
+    OpenRequest,
     OperationMemory,
     PassRecord,
     TableMemory,
@@ -44,9 +53,14 @@ from icegate_dagster.maintenance.trigger.records import (
 OUTCOMES_TABLE = "icegate_trigger_outcomes"
 TABLES_TABLE = "icegate_trigger_tables"
 LOOKS_TABLE = "icegate_trigger_looks"
+REQUESTS_TABLE = "icegate_trigger_requests"
 #: Table names per ``IN (...)`` of one query.
 _CHUNK = 500
 _OP_KEYS = ("table_name", "operation")
+
+
+class MemoryBusy(IcegateError):
+    """Another writer kept the trigger's memory locked past the tick's deadline."""
 
 
 @dataclass(frozen=True)
@@ -109,9 +123,6 @@ class TriggerMemory:
             metadata,
             Column("table_name", String(512), primary_key=True),
             Column("decisions", Integer, nullable=False, default=0),
-            Column("requested_at", epoch_type(), nullable=True),
-            Column("requested_ops", String(512), nullable=True),
-            Column("requested_by", String(64), nullable=True),
             Column("recorded_at", epoch_type(), nullable=True),
             Column("settled_state", String(32), nullable=True),
             Column("shown_state", String(16), nullable=True),
@@ -133,7 +144,18 @@ class TriggerMemory:
             Column("gc_disabled", Boolean, nullable=True),
             Column("settings", String(64), nullable=True),
         )
-        create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE))
+        self.requests = Table(
+            REQUESTS_TABLE,
+            metadata,
+            Column("table_name", String(512), primary_key=True),
+            Column("requested_by", String(64), primary_key=True),
+            Column("requested_at", epoch_type(), nullable=False),
+            Column("requested_ops", String(512), nullable=False),
+            Column("run_key", String(1024), nullable=True),
+        )
+        #: ``time.monotonic()`` after which a statement no longer waits for a lock.
+        self.until: float | None = None
+        create_tables(engine, metadata, (OUTCOMES_TABLE, TABLES_TABLE, LOOKS_TABLE, REQUESTS_TABLE))
 
     def on(self, engine: Any) -> TriggerMemory:
         """The same memory through another engine of the same database (no schema check)."""
@@ -141,19 +163,52 @@ class TriggerMemory:
         other.engine = engine
         return other
 
+    def within(self, until: float) -> TriggerMemory:
+        """The same memory for a tick that ends at ``until`` (``time.monotonic()``): a
+        statement waits for another writer's lock until then at most, and then fails with
+        :class:`MemoryBusy`."""
+        other = copy.copy(self)
+        other.until = until
+        return other
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """One transaction, its lock waits bounded by :attr:`until` (when set)."""
+        from sqlalchemy.exc import DBAPIError
+
+        with self.engine.connect() as conn:
+            restore = None
+            try:
+                with conn.begin():
+                    if self.until is not None:
+                        restore = _bound_lock_wait(conn, self.until - time.monotonic())
+                    yield conn
+            except DBAPIError as exc:
+                if self.until is not None and _lock_timeout(exc):
+                    raise MemoryBusy(
+                        "the trigger's memory (maintain.locks.uri) is locked by another "
+                        "writer: gave up waiting so that the tick ends within "
+                        "maintain.trigger.tick_deadline; the next tick tries again"
+                    ) from exc
+                raise
+            finally:
+                if restore is not None:
+                    with contextlib.suppress(DBAPIError):
+                        restore()
+
     # -- reading -------------------------------------------------------------------------------
 
     def now(self) -> float:
         """The database's clock, in epoch seconds."""
         from sqlalchemy import select
 
-        with self.engine.connect() as conn:
+        with self._transaction() as conn:
             return float(conn.execute(select(self._now)).scalar_one())
 
     def _select(self, table: Any, names: Collection[str] | None) -> list[Any]:
         from sqlalchemy import select
 
-        with self.engine.connect() as conn:
+        with self._transaction() as conn:
             if names is None:
                 return list(conn.execute(select(table)))
             rows: list[Any] = []
@@ -189,15 +244,21 @@ class TriggerMemory:
             read = set(operations_of)
             for table, ops in self._troubled().items():
                 operations.setdefault(table, {}).update(ops)
+        requests: dict[str, dict[str, OpenRequest]] = {}
+        for row in self._select(self.requests, read if read is not None else names):
+            requests.setdefault(row.table_name, {})[row.requested_by] = OpenRequest(
+                row.requested_by,
+                float(row.requested_at),
+                tuple(row.requested_ops.split(",")) if row.requested_ops else (),
+                row.run_key,
+            )
         found: dict[str, TableMemory] = {}
         no_operations: dict[str, OperationMemory] = {}
+        no_requests: dict[str, OpenRequest] = {}
         # Rows as plain tuples: a steady tick reads every table's row.
         for (
             table,
             decisions,
-            requested_at,
-            requested_ops,
-            requested_by,
             recorded_at,
             settled_state,
             shown_state,
@@ -207,9 +268,7 @@ class TriggerMemory:
             found[table] = TableMemory(
                 table,
                 decisions or 0,
-                requested_at,
-                tuple(requested_ops.split(",")) if requested_ops else (),
-                requested_by,
+                requests.get(table, no_requests),
                 recorded_at,
                 settled_state,
                 shown_state,
@@ -229,7 +288,7 @@ class TriggerMemory:
         from sqlalchemy import or_, select
 
         table = self.outcomes
-        with self.engine.connect() as conn:
+        with self._transaction() as conn:
             rows = list(
                 conn.execute(
                     select(table).where(or_(table.c.failures > 0, table.c.ineffective > 0))
@@ -331,7 +390,7 @@ class TriggerMemory:
                 row.update(shown_state=record.shown_state, shown_at=now, materialized=True)
             table_rows.append(row)
         rows = [_operation_row(m) for ops in memories.values() for m in ops]
-        with self.engine.begin() as conn:
+        with self._transaction() as conn:
             upsert(conn, self.outcomes, rows, _OP_KEYS)
             # Rows of one statement share their columns: grouped by the columns they set.
             by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -366,21 +425,28 @@ class TriggerMemory:
             )
             for op in operations
         ]
-        with self.engine.begin() as conn:
+        with self._transaction() as conn:
             upsert(conn, self.outcomes, [_operation_row(m) for m in memories], _OP_KEYS)
         return memories
 
     def record_requests(
-        self, requests: Sequence[tuple[str, Sequence[str]]], by: str, now: float
+        self,
+        requests: Sequence[tuple[str, Sequence[str]]],
+        by: str,
+        now: float,
+        *,
+        run_keys: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
-        """Number each requested table's new decision (its run key holds it) and remember
-        the request: ``(table, operations)`` pairs; returns table -> decision number."""
+        """Count each requested table's decisions up and remember the request as ``by``'s
+        (``(table, operations)`` pairs, and the key of the run each is in): one transaction.
+        Returns table -> its decision number."""
         if not requests:
             return {}
         from sqlalchemy import select
 
         names = [table for table, _ in requests]
-        with self.engine.begin() as conn:
+        keys = run_keys or {}
+        with self._transaction() as conn:
             current: dict[str, int] = {}
             for chunk in _chunks(sorted(set(names))):
                 current.update(
@@ -395,25 +461,51 @@ class TriggerMemory:
             upsert(
                 conn,
                 self.tables,
+                [{"table_name": table, "decisions": numbers[table]} for table in names],
+                ("table_name",),
+            )
+            upsert(
+                conn,
+                self.requests,
                 [
                     {
                         "table_name": table,
-                        "decisions": numbers[table],
+                        "requested_by": by[:64],
                         "requested_at": now,
                         "requested_ops": ",".join(ops)[:512],
-                        "requested_by": by[:64],
+                        "run_key": keys.get(table),
                     }
                     for table, ops in requests
                 ],
-                ("table_name",),
+                ("table_name", "requested_by"),
             )
         return numbers
+
+    def drop_requests(self, requests: Collection[tuple[str, str, str]]) -> None:
+        """Forget requests that never reached Dagster: ``(table, sensor, run key)``; a newer
+        request of the same sensor (another key) stays."""
+        from sqlalchemy import and_, delete
+
+        if not requests:
+            return
+        table = self.requests
+        with self._transaction() as conn:
+            for name, by, run_key in sorted(set(requests)):
+                conn.execute(
+                    delete(table).where(
+                        and_(
+                            table.c.table_name == name,
+                            table.c.requested_by == by,
+                            table.c.run_key == run_key,
+                        )
+                    )
+                )
 
     def show(self, shown: Sequence[tuple[str, str, bool]], now: float) -> None:
         """Remember what partition pages show now: ``(table, state, materialized)``."""
         if not shown:
             return
-        with self.engine.begin() as conn:
+        with self._transaction() as conn:
             upsert(
                 conn,
                 self.tables,
@@ -433,7 +525,7 @@ class TriggerMemory:
         """Store new looks (one statement)."""
         if not looks:
             return
-        with self.engine.begin() as conn:
+        with self._transaction() as conn:
             upsert(
                 conn,
                 self.looks,
@@ -461,7 +553,7 @@ class TriggerMemory:
         from sqlalchemy import select
 
         looks = self.looks
-        with self.engine.connect() as conn:
+        with self._transaction() as conn:
             rows = conn.execute(
                 select(looks.c.metadata_location, looks.c.location).where(
                     looks.c.location.is_not(None), looks.c.metadata_location.is_not(None)
@@ -473,10 +565,43 @@ class TriggerMemory:
         """Drop everything remembered of tables that are gone."""
         from sqlalchemy import delete
 
-        with self.engine.begin() as conn:
+        with self._transaction() as conn:
             for chunk in _chunks(sorted(set(names))):
-                for table in (self.outcomes, self.tables, self.looks):
+                for table in (self.outcomes, self.tables, self.looks, self.requests):
                     conn.execute(delete(table).where(table.c.table_name.in_(chunk)))
+
+
+def _bound_lock_wait(conn: Any, seconds: float) -> Any:
+    """Make the statements of ``conn``'s transaction wait for a lock ``seconds`` at most (at
+    least what the database allows: 0 ms on SQLite, 1 ms on PostgreSQL, 1 s on MySQL).
+    Returns what puts the connection's own setting back, or None (it ends with the
+    transaction)."""
+    dialect = conn.dialect.name
+    millis = max(0, int(seconds * 1000))
+    if dialect == "sqlite":
+        before = int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0)
+        conn.exec_driver_sql(f"PRAGMA busy_timeout = {millis}")
+        return lambda: conn.exec_driver_sql(f"PRAGMA busy_timeout = {before}")
+    if dialect == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {max(1, millis)}")
+        return None
+    if dialect in ("mysql", "mariadb"):
+        before = int(conn.exec_driver_sql("SELECT @@SESSION.innodb_lock_wait_timeout").scalar())
+        conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {max(1, -(-millis // 1000))}")
+        return lambda: conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {before}")
+    return None
+
+
+def _lock_timeout(exc: Exception) -> bool:
+    """Whether a database error says a lock was not granted in time (SQLite's "database is
+    locked", PostgreSQL's ``lock_not_available``, MySQL's lock wait timeout)."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "pgcode", None) == "55P03":
+        return True
+    args = getattr(orig, "args", ())
+    if args and args[0] == 1205:
+        return True
+    return "locked" in str(orig).lower()
 
 
 def _float(value: Any) -> float | None:
