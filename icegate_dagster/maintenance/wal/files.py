@@ -48,7 +48,7 @@ class WalFile:
     name: str
     #: Path inside the file system (no scheme), for pyarrow.
     path: str
-    #: Full URI, for Spark.
+    #: The file as a Hadoop path string, for Spark (taken literally: see :class:`WalRoot`).
     uri: str
     size: int
     modified: datetime | None
@@ -80,8 +80,10 @@ def wal_folder_problem(part: str) -> str | None:
 
 
 def wal_location(wal_root: str, ref: TableRef) -> str:
-    """``<wal.root>/<namespace>/<table>``; a name that would leave that folder is refused
-    (TableRef allows such names for ordinary maintenance, never for WAL work)."""
+    """``<wal.root>/<namespace>/<table>``, as messages show it; a name that would leave
+    that folder is refused (TableRef allows such names for ordinary maintenance, never for
+    WAL work). Never parsed as a URI: the names are joined to the resolved root as they are
+    (:func:`wal_filesystem`)."""
     for what, part in (("namespace", ref.namespace), ("table name", ref.name)):
         problem = wal_folder_problem(part)
         if problem is not None:
@@ -93,12 +95,54 @@ def wal_location(wal_root: str, ref: TableRef) -> str:
     return f"{wal_root.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 
-def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
-    """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
+@dataclass(frozen=True)
+class WalRoot:
+    """``wal.root`` resolved: its file system, and the root as pyarrow and Hadoop name it.
+
+    Only the root is a URI. Table folders are joined to it as plain path text: a URI parser
+    given ``<root>/<namespace>/<table>`` cuts it at ``#`` or ``?``, decodes ``%xx`` and
+    refuses spaces and non-ASCII letters, which sent ``ns.a#b`` to ``ns.a``'s WAL (issue 37).
+    """
+
+    filesystem: fs.FileSystem
+    #: The root's path inside ``filesystem``, exact (percent-escapes of the URI decoded).
+    path: str
+    #: The same folder as a Hadoop path string for Spark: the URI's scheme and authority,
+    #: then the exact path. Hadoop takes a path string literally (no query, fragment or
+    #: %-decoding), so a name joined to it names that very folder.
+    hadoop: str
+
+    def folder(self, ref: TableRef) -> str:
+        """The table's WAL folder inside :attr:`filesystem` (the name checked by the caller)."""
+        return f"{self.path.rstrip('/')}/{ref.namespace}/{ref.name}"
+
+    def hadoop_folder(self, ref: TableRef) -> str:
+        """The table's WAL folder as Spark is given it."""
+        return f"{self.hadoop.rstrip('/')}/{ref.namespace}/{ref.name}"
+
+
+def resolve_wal_root(wal_root: str) -> WalRoot:
+    """``wal.root``'s file system and exact path (a URI, or a plain local path)."""
+    from urllib.parse import unquote, urlsplit
+
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(wal_location(wal_root, ref))
-    return filesystem, str(path)
+    filesystem, path = fs.FileSystem.from_uri(wal_root)
+    parts = urlsplit(wal_root)
+    if len(parts.scheme) <= 1:  # a plain path (or a Windows drive): nothing is decoded
+        hadoop = wal_root
+    elif type(filesystem).__name__ == "LocalFileSystem":
+        hadoop = f"file://{path}"
+    else:
+        hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
+    return WalRoot(filesystem, str(path), hadoop)
+
+
+def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
+    """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
+    wal_location(wal_root, ref)  # refuses names that are not one folder
+    root = resolve_wal_root(wal_root)
+    return root.filesystem, root.folder(ref)
 
 
 def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
@@ -107,14 +151,16 @@ def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
         return []
     from pyarrow import fs
 
-    filesystem, folder = wal_filesystem(wal_root, ref)
-    infos = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
-    location = wal_location(wal_root, ref)
+    wal_location(wal_root, ref)  # refuses names that are not one folder
+    root = resolve_wal_root(wal_root)
+    selector = fs.FileSelector(root.folder(ref), allow_not_found=True)
+    infos = root.filesystem.get_file_info(selector)
+    spark_folder = root.hadoop_folder(ref)
     files = [
         WalFile(
             name=info.base_name,
             path=info.path,
-            uri=f"{location}/{info.base_name}",
+            uri=f"{spark_folder}/{info.base_name}",
             size=info.size or 0,
             modified=info.mtime.astimezone(UTC) if info.mtime is not None else None,
             modified_ns=info.mtime_ns or 0,
@@ -199,8 +245,8 @@ def wal_backlogs(
     """
     from pyarrow import fs
 
-    filesystem, root = fs.FileSystem.from_uri(wal_root.rstrip("/"))
-    root = str(root).rstrip("/")
+    resolved = resolve_wal_root(wal_root)
+    filesystem, root = resolved.filesystem, resolved.path.rstrip("/")
     folders: dict[tuple[str, str], _Folder] = {}
     selector = fs.FileSelector(root, recursive=True, allow_not_found=True)
     for info in filesystem.get_file_info(selector):
