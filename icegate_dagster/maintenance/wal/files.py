@@ -39,6 +39,9 @@ class WalStats:
     #: When the oldest waiting file was written (epoch seconds): how long the backlog has
     #: been waiting.
     oldest_at: float | None = None
+    #: When the oldest quarantined file was last modified (epoch seconds; a move keeps it):
+    #: how long a file has been waiting for a person.
+    quarantined_oldest_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -179,28 +182,36 @@ def is_wal_name(name: str) -> bool:
 
 def quarantined_files(wal_root: str | None, ref: TableRef) -> list[str]:
     """Names of the files in the table's quarantine folder (reason files left out)."""
+    return sorted(name for name, _ns in _quarantined(wal_root, ref))
+
+
+def _quarantined(wal_root: str | None, ref: TableRef) -> list[tuple[str, int]]:
+    """Each quarantined file's name and modification time (ns)."""
     if not wal_root:
         return []
     from pyarrow import fs
 
     filesystem, folder = wal_filesystem(wal_root, ref)
     selector = fs.FileSelector(f"{folder}/{QUARANTINE_DIR}", allow_not_found=True)
-    return sorted(
-        info.base_name
+    return [
+        (info.base_name, info.mtime_ns or 0)
         for info in filesystem.get_file_info(selector)
         if info.type == fs.FileType.File and not info.base_name.endswith(REASON_SUFFIX)
-    )
+    ]
 
 
 def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
     """Count and size the table's waiting WAL files, and count its quarantined ones."""
     files = list_wal_files(wal_root, ref)
+    quarantined = _quarantined(wal_root, ref)
+    quarantined_at = min((ns for _name, ns in quarantined), default=None)
     return WalStats(
         files=len(files),
         bytes=sum(f.size for f in files),
-        quarantined=len(quarantined_files(wal_root, ref)),
+        quarantined=len(quarantined),
         oldest=files[0].name if files else None,
         oldest_at=files[0].modified_ns / 1e9 if files and files[0].modified_ns else None,
+        quarantined_oldest_at=quarantined_at / 1e9 if quarantined_at else None,
     )
 
 
@@ -228,33 +239,52 @@ def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> 
 
 
 @dataclass
-class _Folder:
+class FolderCount:
+    """What one listing found in one table's WAL folder."""
+
     files: int = 0
     bytes: int = 0
-    quarantined: int = 0
+    #: (modification time in ns, name) of the oldest waiting file.
     oldest: tuple[int, str] | None = None
+    quarantined: int = 0
+    #: Modification time (ns) of the oldest quarantined file.
+    quarantined_oldest_ns: int | None = None
+
+    def stats(self) -> WalStats:
+        """The folder as :class:`WalStats`."""
+        oldest = self.oldest
+        quarantined_at = self.quarantined_oldest_ns
+        return WalStats(
+            files=self.files,
+            bytes=self.bytes,
+            quarantined=self.quarantined,
+            oldest=oldest[1] if oldest else None,
+            oldest_at=oldest[0] / 1e9 if oldest and oldest[0] else None,
+            quarantined_oldest_at=quarantined_at / 1e9 if quarantined_at else None,
+        )
 
 
-def wal_backlogs(
-    wal_root: str, refs: Iterable[TableRef]
-) -> tuple[dict[str, WalStats], dict[str, str]]:
-    """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root`` (a
-    table with no folder has an empty WAL), and the tables that cannot have a WAL folder
-    (their names), with why. The same figures as :func:`wal_stats` table by table, at the
-    cost of one listing: on object storage one LIST call per 1,000 objects under the root.
-    """
+#: Every table folder one listing of ``wal.root`` found, by (namespace, table name).
+RootFolders = dict[tuple[str, str], FolderCount]
+
+
+def list_root_folders(wal_root: str) -> RootFolders:
+    """**One** recursive listing of ``wal.root``, counted by table folder: on object
+    storage one LIST call per 1,000 objects under the root, whatever the number of tables.
+    Only ``<namespace>/<table>/<file>`` and ``<namespace>/<table>/_quarantine/<file>``
+    count; a root that does not exist yet is empty."""
     from pyarrow import fs
 
     resolved = resolve_wal_root(wal_root)
     filesystem, root = resolved.filesystem, resolved.path.rstrip("/")
-    folders: dict[tuple[str, str], _Folder] = {}
+    folders: RootFolders = {}
     selector = fs.FileSelector(root, recursive=True, allow_not_found=True)
     for info in filesystem.get_file_info(selector):
         if info.type != fs.FileType.File:
             continue
         parts = info.path[len(root) + 1 :].split("/")
         if len(parts) == 3 and is_wal_name(parts[2]):
-            folder = folders.setdefault((parts[0], parts[1]), _Folder())
+            folder = folders.setdefault((parts[0], parts[1]), FolderCount())
             folder.files += 1
             folder.bytes += info.size or 0
             # The order list_wal_files sorts by: modification time, then name.
@@ -264,7 +294,19 @@ def wal_backlogs(
         elif (
             len(parts) == 4 and parts[2] == QUARANTINE_DIR and not parts[3].endswith(REASON_SUFFIX)
         ):
-            folders.setdefault((parts[0], parts[1]), _Folder()).quarantined += 1
+            folder = folders.setdefault((parts[0], parts[1]), FolderCount())
+            folder.quarantined += 1
+            stamp_ns = info.mtime_ns or 0
+            if folder.quarantined_oldest_ns is None or stamp_ns < folder.quarantined_oldest_ns:
+                folder.quarantined_oldest_ns = stamp_ns
+    return folders
+
+
+def backlogs_of(
+    wal_root: str, folders: RootFolders, refs: Iterable[TableRef]
+) -> tuple[dict[str, WalStats], dict[str, str]]:
+    """Each table's :class:`WalStats` from one listing's ``folders`` (a table with no
+    folder has an empty WAL), and the tables that cannot have a WAL folder, with why."""
     stats: dict[str, WalStats] = {}
     errors: dict[str, str] = {}
     for ref in refs:
@@ -274,15 +316,14 @@ def wal_backlogs(
             errors[ref.key] = str(exc)
             continue
         found = folders.get((ref.namespace, ref.name))
-        stats[ref.key] = (
-            WalStats(
-                files=found.files,
-                bytes=found.bytes,
-                quarantined=found.quarantined,
-                oldest=found.oldest[1] if found.oldest else None,
-                oldest_at=found.oldest[0] / 1e9 if found.oldest and found.oldest[0] else None,
-            )
-            if found is not None
-            else WalStats(0, 0)
-        )
+        stats[ref.key] = found.stats() if found is not None else WalStats(0, 0)
     return stats, errors
+
+
+def wal_backlogs(
+    wal_root: str, refs: Iterable[TableRef]
+) -> tuple[dict[str, WalStats], dict[str, str]]:
+    """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root``
+    (:func:`list_root_folders`, :func:`backlogs_of`): the same figures as :func:`wal_stats`
+    table by table, at the cost of one listing."""
+    return backlogs_of(wal_root, list_root_folders(wal_root), refs)
