@@ -68,17 +68,19 @@ class WalFile:
 @functools.lru_cache(maxsize=100_000)
 def wal_folder_problem(part: str) -> str | None:
     """Why ``part`` (a namespace or table name) cannot be one folder under ``wal.root``:
-    a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded
-    (URI parsers such as pyarrow's and Hadoop's decode them). ``None`` when it can."""
+    a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded (the
+    folder is the name as it is, but a writer or tool that decodes escapes would leave the
+    root). ``None`` when it can."""
     from urllib.parse import unquote
 
     for spelling in dict.fromkeys((part, unquote(part))):
+        decoded = " once its %-escapes are decoded" if spelling != part else ""
         if not spelling:
-            return "is empty"
+            return f"is empty{decoded}"
         if "/" in spelling or "\\" in spelling:
-            return "contains a path separator ('/' or '\\')"
+            return f"contains a path separator ('/' or '\\'){decoded}"
         if spelling in (".", ".."):
-            return f"is {spelling!r}"
+            return f"is {spelling!r}{decoded}"
     return None
 
 
