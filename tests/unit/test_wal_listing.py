@@ -5,12 +5,15 @@ table's own folder counts."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.wal import (
+    RootListing,
+    RootListings,
     list_wal_files,
     quarantine,
     quarantined_files,
@@ -116,3 +119,19 @@ def test_a_root_written_with_escapes_is_its_exact_folder_for_pyarrow_and_spark(
     assert "%20" in root.as_uri()
     assert (Path(found.path), found.uri) == (own / "x.parquet", f"file://{own}/x.parquet")
     assert wal_backlogs(root.as_uri(), [ref])[0][ref.key].files == 1
+
+
+def test_a_failed_listing_is_reported_once_and_the_next_wait_lists_again(tmp_path: Path) -> None:
+    root = tmp_path / "wal"
+    root.write_bytes(b"not a folder")  # listing it fails
+    listings = RootListings()
+    liveness = time.monotonic() + 60
+
+    with pytest.raises(OSError):
+        listings.wait(root.as_uri(), liveness)
+    root.unlink()
+    _file(root / "lakehouse" / "logs" / "a.parquet", 10, 10)
+
+    listing = listings.wait(root.as_uri(), liveness)
+    assert isinstance(listing, RootListing)
+    assert listing.folders[("lakehouse", "logs")].files == 1
