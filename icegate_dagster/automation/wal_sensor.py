@@ -1,7 +1,10 @@
 """``wal_size_sensor``: one tick, top to bottom.
 
 1. **List** the catalog's tables (tables that are not partitions yet become partitions in
-   this tick's result) and **size every WAL** with one recursive listing of ``wal.root``.
+   this tick's result) and **size every WAL** with one recursive listing of ``wal.root``,
+   waited for up to half of the tick's deadline: a longer one goes on in the background
+   and serves the first tick after it ends (:mod:`~icegate_dagster.maintenance.wal.root_listing`).
+   Tables with files in ``_quarantine`` are named, with since when, at every tick.
 2. Tables whose WAL reached ``compaction.min_files`` or ``min_size_bytes`` are **due**.
 3. **Heal** runs whose worker is gone; leave the tables an unfinished run ingests, or a
    live lease holds, to them.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -34,7 +39,13 @@ from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.exclusion import exclusion_of
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.selection import waiting_since
-from icegate_dagster.maintenance.wal import WalStats, compaction_due, wal_backlogs
+from icegate_dagster.maintenance.wal import (
+    ListingUnderWay,
+    RootListings,
+    WalStats,
+    backlogs_of,
+    compaction_due,
+)
 from icegate_dagster.resources import LakehouseResource
 
 #: On a one-table run of ``wal_size_sensor``: its backlog (the table and its oldest waiting
@@ -42,6 +53,12 @@ from icegate_dagster.resources import LakehouseResource
 BACKLOG_TAG = "icegate/wal_backlog"
 OPERATION = "wal_compaction"
 NAMED = 10
+#: The share of ``tick_deadline`` a tick waits for the listing of ``wal.root``; the rest
+#: is for healing, the trigger's memory and the requests.
+LIST_SHARE = 0.5
+#: The listings of ``wal.root`` under way in this code server (one per root): a listing
+#: that outlasts its tick serves the next one.
+WAL_LISTINGS = RootListings()
 
 
 def backlog_id(table: str, stats: WalStats) -> str:
@@ -52,6 +69,27 @@ def backlog_id(table: str, stats: WalStats) -> str:
 def _some(items: Sequence[str]) -> str:
     more = f"; and {len(items) - NAMED} more" if len(items) > NAMED else ""
     return "; ".join(items[:NAMED]) + more
+
+
+def quarantine_note(backlogs: Mapping[str, WalStats]) -> list[str]:
+    """The tables with files in ``_quarantine``, how many and since when, as one line (none
+    when there are none). Such files are kept: they hold rows no table has, so only a
+    person may move them back or delete them."""
+    held = {t: s for t, s in backlogs.items() if s.quarantined}
+    if not held:
+        return []
+
+    def since(stats: WalStats) -> str:
+        at = stats.quarantined_oldest_at
+        return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds") if at else "?"
+
+    ordered = sorted(held, key=lambda t: (held[t].quarantined_oldest_at or 0.0, t))
+    files = sum(s.quarantined for s in held.values())
+    return [
+        f"{files} WAL files in quarantine need a person ({len(held)} tables; move a file back "
+        "into its WAL folder once fixed, or delete it): "
+        + _some([f"{t} ({held[t].quarantined} files, since {since(held[t])})" for t in ordered])
+    ]
 
 
 def wal_exclusions(tick: Tick, tables: list[str]) -> dict[str, str]:
@@ -88,26 +126,42 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
             f"{describe_error(exc, tick.scrub)}"
         )
     partitions, add = partitions_to_add(context.instance, tables)
+    # The listing may use a share of the deadline; a slower one goes on for the next tick.
+    waits_until = tick.deadline - config.trigger.tick_deadline.total_seconds() * (1 - LIST_SHARE)
+    asked_at = time.time()
     try:
-        backlogs, unusable = wal_backlogs(config.wal_root, [TableRef.parse(t) for t in tables])
+        listing = WAL_LISTINGS.wait(config.wal_root, waits_until)
     except Exception as exc:
         return dg.SensorResult(
             skip_reason=f"cannot list wal.root: {describe_error(exc, tick.scrub)}",
             dynamic_partitions_requests=add,
         )
+    if isinstance(listing, ListingUnderWay):
+        return dg.SensorResult(
+            skip_reason=f"{listing.describe()}; nothing is requested meanwhile",
+            dynamic_partitions_requests=add,
+        )
+    if listing.started_at < asked_at:
+        context.log.info(
+            "WAL sized by a listing of wal.root that an earlier tick started "
+            f"{asked_at - listing.started_at:.0f} s ago (it took {listing.took_s:.0f} s)"
+        )
+    backlogs, unusable = backlogs_of(
+        config.wal_root, listing.folders, [TableRef.parse(t) for t in tables]
+    )
     due = {
         table: stats
         for table, stats in backlogs.items()
         if compaction_due(stats.files, stats.bytes, config.for_table(table).compaction)
     }
+    in_quarantine = quarantine_note(backlogs)
     if not due:
         waiting = sum(stats.files for stats in backlogs.values())
+        reason = f"no WAL over its thresholds: {waiting} files waiting across {len(tables)} tables"
         return dg.SensorResult(
-            skip_reason=(
-                f"no WAL over its thresholds: {waiting} files waiting across {len(tables)} tables"
-            ),
-            dynamic_partitions_requests=add,
+            skip_reason="; ".join([reason, *in_quarantine]), dynamic_partitions_requests=add
         )
+    tick.warnings.extend(in_quarantine)
     tick.heal()
     busy = tick.busy(partitions, wal_only=True)
     memory: dict[str, TableMemory] = {}
@@ -166,6 +220,7 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
                 f"{len(excluded)} tables over their WAL thresholds are excluded from "
                 "maintenance: " + _some([f"{t} ({why})" for t, why in excluded.items()])
             )
+        reasons.extend(in_quarantine)
         return dg.SensorResult(skip_reason="; ".join(reasons), dynamic_partitions_requests=add)
 
     entries = [BatchEntry(t, (OPERATION,), backlog_id(t, due[t])) for t in chosen]

@@ -3,6 +3,7 @@ covers the table, with a new run key for each new decision, backing off ingests 
 failing (also inside runs that succeed); a run ingests the WAL and reports it as metadata
 and in the ``wal_backlog`` check."""
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from icegate_dagster.automation.wal_sensor import BACKLOG_TAG, wal_size_sensor
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
+from icegate_dagster.maintenance.wal import list_wal_files, quarantine, quarantined_files
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import resources_for, run_request
@@ -286,3 +288,27 @@ def test_backlogs_due_at_one_tick_share_one_run_and_each_is_ingested(
         assert metadata["wal_files_ingested"].value == files
         assert "optimize_status" not in metadata
     assert "no WAL over its thresholds" in _skip(_tick(lh, instance))
+
+
+def test_quarantined_files_are_kept_and_the_sensor_names_them_with_their_age(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """``_quarantine`` only grows: a quarantined file holds rows no table has, so nothing
+    deletes it; each tick of the sensor names the tables with quarantined files, how many,
+    and since when, until a person moves them back or deletes them."""
+    assert lh.config.wal_root is not None
+    ref = TableRef.parse(LOGS)
+    rows = lh.table(LOGS).scan().to_arrow().slice(0, 2)
+    for name in ("bad-1.parquet", "bad-2.parquet"):
+        lh.write_wal(LOGS, rows, name)
+    for wal_file in list_wal_files(lh.config.wal_root, ref):
+        moved = quarantine(lh.config.wal_root, ref, wal_file, "a column the table lacks")
+        os.utime(moved, (1_780_000_000, 1_780_000_000))  # 2026-05-28T20:26:40Z
+
+    for _tick_number in range(2):
+        reason = _skip(_tick(lh, instance))
+        assert "2 WAL files in quarantine need a person" in reason
+        assert f"{LOGS} (2 files, since 2026-05-28T20:26:40+00:00)" in reason
+    assert quarantined_files(lh.config.wal_root, ref) == ["bad-1.parquet", "bad-2.parquet"]
+    # A table with none is not named.
+    assert SPANS not in reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import yaml
 
 from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
@@ -289,3 +291,76 @@ def test_wal_types_are_converted_exactly_or_refused(lh: Lakehouse) -> None:
     [quarantined] = result.ops[0].output["quarantined"]
     assert quarantined["file"] == "too-wide.parquet"
     assert "uint64" in quarantined["reason"]
+
+
+def _fill_named_wal(lh: Lakehouse, key: str, start: int) -> Counter[tuple[Any, ...]]:
+    """3 WAL files of 100 rows for ``key``; returns the rows."""
+    expected: Counter[tuple[Any, ...]] = Counter()
+    for i in range(3):
+        rows = wal_rows(start + i * 100, 100, ("api", "web")[i % 2])
+        lh.write_wal(key, rows, f"wal-{i}.parquet")
+        expected += as_rows(rows)
+    return expected
+
+
+def _compact(lh: Lakehouse, key: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code = run_cli(["compact", "--config", str(lh.config_path), "--table", key, "--json"])
+    op: dict[str, Any] = json.loads(capsys.readouterr().out)["tables"][0]["ops"][0]
+    assert code == 0 and op["status"] == "completed", op
+    return op
+
+
+def test_a_table_name_a_uri_parser_would_change_keeps_its_own_wal(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37, finding 4: compacting ``lakehouse.a#b`` deleted ``lakehouse.a``'s WAL files
+    unread (its folder path was cut at ``#``) and left its own files to be ingested again.
+    Each table ingests its own WAL, every row exactly once, whatever its name."""
+    lh = lakehouse_factory(maintain={"compaction": {"min_files": 3}}, wal=True)
+    names = ["a", "a#b", "a?x=1", "a%41", "aA", "a b", "zähler"]
+    expected = {}
+    lh.catalog.create_namespace("lakehouse")
+    for n, name in enumerate(names):
+        key = f"lakehouse.{name}"
+        # pyiceberg's default location would be cut at '#' too: each table gets a plain one.
+        location = (lh.root / "warehouse" / "lakehouse" / f"t{n}").as_uri()
+        lh.catalog.create_table(("lakehouse", name), schema=SCHEMA, location=location)
+        expected[key] = _fill_named_wal(lh, key, 100_000 * (n + 1))
+
+    op = _compact(lh, "lakehouse.a#b", capsys)
+
+    assert op["output"]["wal_files_ingested"] == 3 and op["output"]["rows_added"] == 300
+    assert spark_rows(lh, "lakehouse.a#b") == expected["lakehouse.a#b"]
+    assert lh.wal_files("lakehouse.a#b") == []
+    assert lh.wal_files("lakehouse.a") == ["wal-0.parquet", "wal-1.parquet", "wal-2.parquet"]
+    assert spark_rows(lh, "lakehouse.a") == Counter()
+
+    for name in names:
+        key = f"lakehouse.{name}"
+        if key != "lakehouse.a#b":
+            assert _compact(lh, key, capsys)["output"]["rows_added"] == 300, key
+    for key, rows in expected.items():
+        assert spark_rows(lh, key) == rows, key
+        assert lh.wal_files(key) == [], key
+
+
+def test_a_wal_root_whose_path_has_a_space_or_escapes_is_read_where_it_is(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare ``wal.root`` path becomes a percent-escaped ``file:`` URI; Spark was given that
+    URI with the names appended, read ``%20`` literally, found nothing and every WAL file was
+    quarantined. The root is resolved once, and Spark gets its exact path."""
+    lh = lakehouse_factory(maintain={"compaction": {"min_files": 3}}, wal=True)
+    lh.add_table(TABLE, appends=0)
+    expected = _fill_named_wal(lh, TABLE, 5_000)
+    moved = lh.root / "my wal #1 %41 ä"
+    shutil.move(lh.root / "wal", moved)
+    raw = yaml.safe_load(lh.config_path.read_text())
+    raw["wal"] = {"root": str(moved)}
+    lh.config_path.write_text(yaml.safe_dump(raw))
+
+    op = _compact(lh, TABLE, capsys)
+
+    assert op["output"]["quarantined"] == [] and op["output"]["rows_added"] == 300
+    assert spark_rows(lh, TABLE) == expected
+    assert list((moved / "lakehouse" / "logs").glob("*.parquet")) == []

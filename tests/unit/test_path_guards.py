@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from icegate_dagster.cli import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer, TableRef
@@ -226,3 +227,25 @@ def test_all_overlaps_finds_every_overlap_overlapping_tables_finds() -> None:
     }
     assert all_overlaps(locations) == expected
     assert "a.sibling" not in expected and set(expected["a.alone"]) == {"a.alone_s3"}
+
+
+def test_a_refused_wal_name_fails_its_compaction_naming_the_rule_and_deletes_nothing(
+    lakehouse_factory: LakehouseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lh = lakehouse_factory(maintain={"compaction": {"min_files": 1}}, wal=True)
+    lh.catalog.create_namespace("lakehouse")
+    lh.catalog.create_table(
+        ("lakehouse", "%2E%2E"), schema=SCHEMA, location=(lh.root / "w" / "t").as_uri()
+    )
+    wal = lh.root / "wal"
+    waiting = [wal / "lakehouse" / "%2E%2E" / "w.parquet", wal / "x.parquet"]
+    for path in waiting:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"PAR1")
+
+    code = run_cli(["compact", "--config", str(lh.config_path), "--table", "lakehouse.%2E%2E"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "'lakehouse.%2E%2E'" in out and "is '..' once its %-escapes are decoded" in out
+    assert all(path.exists() for path in waiting)

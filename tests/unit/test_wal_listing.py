@@ -5,10 +5,22 @@ table's own folder counts."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import pytest
+
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.maintenance.wal import wal_backlogs, wal_stats
+from icegate_dagster.maintenance.wal import (
+    RootListing,
+    RootListings,
+    list_wal_files,
+    quarantine,
+    quarantined_files,
+    wal_backlogs,
+    wal_location,
+    wal_stats,
+)
 
 
 def _file(path: Path, size: int, mtime: float) -> None:
@@ -46,3 +58,80 @@ def test_one_listing_sizes_every_tables_wal_as_one_listing_per_table_does(
 def test_a_root_that_does_not_exist_yet_is_an_empty_wal(tmp_path: Path) -> None:
     backlogs, _ = wal_backlogs((tmp_path / "nothing").as_uri(), [TableRef.parse("a.b")])
     assert backlogs["a.b"].files == 0
+
+
+# Names a URI parser would change (issue 37, finding 4): `#` and `?` cut the path there,
+# `%xx` is decoded, a space or a non-ASCII letter fails to parse. Each is a legal table name,
+# whose WAL folder is that name exactly, beside a folder of the name a parser would make.
+_LOOKALIKES = {
+    "a#b": "a",
+    "a?x=1": "a",
+    "a%41": "aA",
+    "a b": "a",
+    "zähler": "z",
+}
+
+
+@pytest.mark.parametrize("name", list(_LOOKALIKES))
+def test_a_wal_folder_is_the_tables_name_exactly_whatever_characters_it_has(
+    tmp_path: Path, name: str
+) -> None:
+    root = tmp_path / "wal"
+    own = root / "lakehouse" / name
+    decoy = root / "lakehouse" / _LOOKALIKES[name]
+    _file(own / "mine-1.parquet", 100, 1000)
+    _file(own / "mine-2.parquet", 200, 1001)
+    _file(own / "_quarantine" / "bad.parquet", 10, 10)
+    _file(decoy / "someone-elses.parquet", 70, 500)
+    ref = TableRef("lakehouse", name)
+
+    files = list_wal_files(root.as_uri(), ref)
+
+    assert [f.name for f in files] == ["mine-1.parquet", "mine-2.parquet"]
+    assert [Path(f.path) for f in files] == [own / "mine-1.parquet", own / "mine-2.parquet"]
+    # Spark is handed the same files: a Hadoop path string is taken literally.
+    assert [f.uri for f in files] == [f"file://{own}/mine-1.parquet", f"file://{own}/mine-2.parquet"]
+    assert wal_location(root.as_uri(), ref).endswith(f"/lakehouse/{name}")
+    stats = wal_stats(root.as_uri(), ref)
+    assert (stats.files, stats.bytes, stats.quarantined) == (2, 300, 1)
+    # The sensor's one listing of the root agrees with the table's own listing.
+    backlogs, refused = wal_backlogs(root.as_uri(), [ref, TableRef.parse("lakehouse.other")])
+    assert refused == {} and backlogs[ref.key] == stats
+    # Quarantining moves the file into the table's own quarantine, nowhere else.
+    moved = quarantine(root.as_uri(), ref, files[0], "a test")
+    assert Path(moved) == own / "_quarantine" / "mine-1.parquet"
+    assert quarantined_files(root.as_uri(), ref) == ["bad.parquet", "mine-1.parquet"]
+    assert sorted(p.name for p in decoy.iterdir()) == ["someone-elses.parquet"]
+
+
+def test_a_root_written_with_escapes_is_its_exact_folder_for_pyarrow_and_spark(
+    tmp_path: Path,
+) -> None:
+    """A bare ``wal.root`` path is loaded as a percent-escaped ``file:`` URI: pyarrow decodes
+    it, and Spark (Hadoop takes a path string literally) must be given the decoded path."""
+    root = tmp_path / "my wal #1 %41 ä"
+    own = root / "lakehouse" / "logs"
+    _file(own / "x.parquet", 10, 10)
+    ref = TableRef.parse("lakehouse.logs")
+
+    [found] = list_wal_files(root.as_uri(), ref)
+
+    assert "%20" in root.as_uri()
+    assert (Path(found.path), found.uri) == (own / "x.parquet", f"file://{own}/x.parquet")
+    assert wal_backlogs(root.as_uri(), [ref])[0][ref.key].files == 1
+
+
+def test_a_failed_listing_is_reported_once_and_the_next_wait_lists_again(tmp_path: Path) -> None:
+    root = tmp_path / "wal"
+    root.write_bytes(b"not a folder")  # listing it fails
+    listings = RootListings()
+    liveness = time.monotonic() + 60
+
+    with pytest.raises(OSError):
+        listings.wait(root.as_uri(), liveness)
+    root.unlink()
+    _file(root / "lakehouse" / "logs" / "a.parquet", 10, 10)
+
+    listing = listings.wait(root.as_uri(), liveness)
+    assert isinstance(listing, RootListing)
+    assert listing.folders[("lakehouse", "logs")].files == 1

@@ -4,6 +4,7 @@ appended to the Iceberg table exactly once by :func:`compact_wal`.
 The modules, by concern:
 
 - :mod:`.files`: listing, sizing and quarantine of WAL folders (file system only, no JVM);
+- :mod:`.root_listing`: one listing of ``wal.root`` at a time, waited for up to a deadline;
 - :mod:`.schema`: whether a file's Parquet footer fits the table's schema (pyarrow, no JVM);
 - :mod:`.frame`: the Spark DataFrame of a batch, timestamps converted exactly;
 - :mod:`.publish`: the exactly-once protocol (staging branch, validated commit, ledger);
@@ -21,13 +22,19 @@ from icegate_dagster.maintenance.wal.compaction import compact_wal
 from icegate_dagster.maintenance.wal.files import (
     QUARANTINE_DIR,
     REASON_SUFFIX,
+    FolderCount,
+    RootFolders,
     WalFile,
+    WalRoot,
     WalStats,
+    backlogs_of,
     compaction_due,
     is_wal_name,
+    list_root_folders,
     list_wal_files,
     quarantine,
     quarantined_files,
+    resolve_wal_root,
     wal_backlogs,
     wal_filesystem,
     wal_folder_problem,
@@ -49,6 +56,7 @@ from icegate_dagster.maintenance.wal.publish import (
     settle_committed,
     wal_files_to_settle,
 )
+from icegate_dagster.maintenance.wal.root_listing import ListingUnderWay, RootListing, RootListings
 from icegate_dagster.maintenance.wal.schema import schema_problem
 
 __all__ = [
@@ -65,16 +73,25 @@ __all__ = [
     "STALE_STAGING",
     "AlreadyCommitted",
     "FaultHook",
+    "FolderCount",
+    "ListingUnderWay",
+    "RootFolders",
+    "RootListing",
+    "RootListings",
     "WalFile",
+    "WalRoot",
     "WalStats",
+    "backlogs_of",
     "committed_wal_files",
     "compact_wal",
     "compaction_due",
     "drop_stale_staging",
     "is_wal_name",
+    "list_root_folders",
     "list_wal_files",
     "quarantine",
     "quarantined_files",
+    "resolve_wal_root",
     "schema_problem",
     "settle_committed",
     "wal_files_to_settle",

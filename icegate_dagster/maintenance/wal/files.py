@@ -39,6 +39,9 @@ class WalStats:
     #: When the oldest waiting file was written (epoch seconds): how long the backlog has
     #: been waiting.
     oldest_at: float | None = None
+    #: When the oldest quarantined file was last modified (epoch seconds; a move keeps it):
+    #: how long a file has been waiting for a person.
+    quarantined_oldest_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class WalFile:
     name: str
     #: Path inside the file system (no scheme), for pyarrow.
     path: str
-    #: Full URI, for Spark.
+    #: The file as a Hadoop path string, for Spark (taken literally: see :class:`WalRoot`).
     uri: str
     size: int
     modified: datetime | None
@@ -65,23 +68,27 @@ class WalFile:
 @functools.lru_cache(maxsize=100_000)
 def wal_folder_problem(part: str) -> str | None:
     """Why ``part`` (a namespace or table name) cannot be one folder under ``wal.root``:
-    a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded
-    (URI parsers such as pyarrow's and Hadoop's decode them). ``None`` when it can."""
+    a separator, ``.``/``..`` or an empty name, also once percent-escapes are decoded (the
+    folder is the name as it is, but a writer or tool that decodes escapes would leave the
+    root). ``None`` when it can."""
     from urllib.parse import unquote
 
     for spelling in dict.fromkeys((part, unquote(part))):
+        decoded = " once its %-escapes are decoded" if spelling != part else ""
         if not spelling:
-            return "is empty"
+            return f"is empty{decoded}"
         if "/" in spelling or "\\" in spelling:
-            return "contains a path separator ('/' or '\\')"
+            return f"contains a path separator ('/' or '\\'){decoded}"
         if spelling in (".", ".."):
-            return f"is {spelling!r}"
+            return f"is {spelling!r}{decoded}"
     return None
 
 
 def wal_location(wal_root: str, ref: TableRef) -> str:
-    """``<wal.root>/<namespace>/<table>``; a name that would leave that folder is refused
-    (TableRef allows such names for ordinary maintenance, never for WAL work)."""
+    """``<wal.root>/<namespace>/<table>``, as messages show it; a name that would leave
+    that folder is refused (TableRef allows such names for ordinary maintenance, never for
+    WAL work). Never parsed as a URI: the names are joined to the resolved root as they are
+    (:func:`wal_filesystem`)."""
     for what, part in (("namespace", ref.namespace), ("table name", ref.name)):
         problem = wal_folder_problem(part)
         if problem is not None:
@@ -93,12 +100,54 @@ def wal_location(wal_root: str, ref: TableRef) -> str:
     return f"{wal_root.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 
-def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
-    """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
+@dataclass(frozen=True)
+class WalRoot:
+    """``wal.root`` resolved: its file system, and the root as pyarrow and Hadoop name it.
+
+    Only the root is a URI. Table folders are joined to it as plain path text: a URI parser
+    given ``<root>/<namespace>/<table>`` cuts it at ``#`` or ``?``, decodes ``%xx`` and
+    refuses spaces and non-ASCII letters, which sent ``ns.a#b`` to ``ns.a``'s WAL (issue 37).
+    """
+
+    filesystem: fs.FileSystem
+    #: The root's path inside ``filesystem``, exact (percent-escapes of the URI decoded).
+    path: str
+    #: The same folder as a Hadoop path string for Spark: the URI's scheme and authority,
+    #: then the exact path. Hadoop takes a path string literally (no query, fragment or
+    #: %-decoding), so a name joined to it names that very folder.
+    hadoop: str
+
+    def folder(self, ref: TableRef) -> str:
+        """The table's WAL folder inside :attr:`filesystem` (the name checked by the caller)."""
+        return f"{self.path.rstrip('/')}/{ref.namespace}/{ref.name}"
+
+    def hadoop_folder(self, ref: TableRef) -> str:
+        """The table's WAL folder as Spark is given it."""
+        return f"{self.hadoop.rstrip('/')}/{ref.namespace}/{ref.name}"
+
+
+def resolve_wal_root(wal_root: str) -> WalRoot:
+    """``wal.root``'s file system and exact path (a URI, or a plain local path)."""
+    from urllib.parse import unquote, urlsplit
+
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(wal_location(wal_root, ref))
-    return filesystem, str(path)
+    filesystem, path = fs.FileSystem.from_uri(wal_root)
+    parts = urlsplit(wal_root)
+    if len(parts.scheme) <= 1:  # a plain path (or a Windows drive): nothing is decoded
+        hadoop = wal_root
+    elif type(filesystem).__name__ == "LocalFileSystem":
+        hadoop = f"file://{path}"
+    else:
+        hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
+    return WalRoot(filesystem, str(path), hadoop)
+
+
+def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
+    """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
+    wal_location(wal_root, ref)  # refuses names that are not one folder
+    root = resolve_wal_root(wal_root)
+    return root.filesystem, root.folder(ref)
 
 
 def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
@@ -107,14 +156,16 @@ def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
         return []
     from pyarrow import fs
 
-    filesystem, folder = wal_filesystem(wal_root, ref)
-    infos = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
-    location = wal_location(wal_root, ref)
+    wal_location(wal_root, ref)  # refuses names that are not one folder
+    root = resolve_wal_root(wal_root)
+    selector = fs.FileSelector(root.folder(ref), allow_not_found=True)
+    infos = root.filesystem.get_file_info(selector)
+    spark_folder = root.hadoop_folder(ref)
     files = [
         WalFile(
             name=info.base_name,
             path=info.path,
-            uri=f"{location}/{info.base_name}",
+            uri=f"{spark_folder}/{info.base_name}",
             size=info.size or 0,
             modified=info.mtime.astimezone(UTC) if info.mtime is not None else None,
             modified_ns=info.mtime_ns or 0,
@@ -133,28 +184,36 @@ def is_wal_name(name: str) -> bool:
 
 def quarantined_files(wal_root: str | None, ref: TableRef) -> list[str]:
     """Names of the files in the table's quarantine folder (reason files left out)."""
+    return sorted(name for name, _ns in _quarantined(wal_root, ref))
+
+
+def _quarantined(wal_root: str | None, ref: TableRef) -> list[tuple[str, int]]:
+    """Each quarantined file's name and modification time (ns)."""
     if not wal_root:
         return []
     from pyarrow import fs
 
     filesystem, folder = wal_filesystem(wal_root, ref)
     selector = fs.FileSelector(f"{folder}/{QUARANTINE_DIR}", allow_not_found=True)
-    return sorted(
-        info.base_name
+    return [
+        (info.base_name, info.mtime_ns or 0)
         for info in filesystem.get_file_info(selector)
         if info.type == fs.FileType.File and not info.base_name.endswith(REASON_SUFFIX)
-    )
+    ]
 
 
 def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
     """Count and size the table's waiting WAL files, and count its quarantined ones."""
     files = list_wal_files(wal_root, ref)
+    quarantined = _quarantined(wal_root, ref)
+    quarantined_at = min((ns for _name, ns in quarantined), default=None)
     return WalStats(
         files=len(files),
         bytes=sum(f.size for f in files),
-        quarantined=len(quarantined_files(wal_root, ref)),
+        quarantined=len(quarantined),
         oldest=files[0].name if files else None,
         oldest_at=files[0].modified_ns / 1e9 if files and files[0].modified_ns else None,
+        quarantined_oldest_at=quarantined_at / 1e9 if quarantined_at else None,
     )
 
 
@@ -182,33 +241,52 @@ def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> 
 
 
 @dataclass
-class _Folder:
+class FolderCount:
+    """What one listing found in one table's WAL folder."""
+
     files: int = 0
     bytes: int = 0
-    quarantined: int = 0
+    #: (modification time in ns, name) of the oldest waiting file.
     oldest: tuple[int, str] | None = None
+    quarantined: int = 0
+    #: Modification time (ns) of the oldest quarantined file.
+    quarantined_oldest_ns: int | None = None
+
+    def stats(self) -> WalStats:
+        """The folder as :class:`WalStats`."""
+        oldest = self.oldest
+        quarantined_at = self.quarantined_oldest_ns
+        return WalStats(
+            files=self.files,
+            bytes=self.bytes,
+            quarantined=self.quarantined,
+            oldest=oldest[1] if oldest else None,
+            oldest_at=oldest[0] / 1e9 if oldest and oldest[0] else None,
+            quarantined_oldest_at=quarantined_at / 1e9 if quarantined_at else None,
+        )
 
 
-def wal_backlogs(
-    wal_root: str, refs: Iterable[TableRef]
-) -> tuple[dict[str, WalStats], dict[str, str]]:
-    """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root`` (a
-    table with no folder has an empty WAL), and the tables that cannot have a WAL folder
-    (their names), with why. The same figures as :func:`wal_stats` table by table, at the
-    cost of one listing: on object storage one LIST call per 1,000 objects under the root.
-    """
+#: Every table folder one listing of ``wal.root`` found, by (namespace, table name).
+RootFolders = dict[tuple[str, str], FolderCount]
+
+
+def list_root_folders(wal_root: str) -> RootFolders:
+    """**One** recursive listing of ``wal.root``, counted by table folder: on object
+    storage one LIST call per 1,000 objects under the root, whatever the number of tables.
+    Only ``<namespace>/<table>/<file>`` and ``<namespace>/<table>/_quarantine/<file>``
+    count; a root that does not exist yet is empty."""
     from pyarrow import fs
 
-    filesystem, root = fs.FileSystem.from_uri(wal_root.rstrip("/"))
-    root = str(root).rstrip("/")
-    folders: dict[tuple[str, str], _Folder] = {}
+    resolved = resolve_wal_root(wal_root)
+    filesystem, root = resolved.filesystem, resolved.path.rstrip("/")
+    folders: RootFolders = {}
     selector = fs.FileSelector(root, recursive=True, allow_not_found=True)
     for info in filesystem.get_file_info(selector):
         if info.type != fs.FileType.File:
             continue
         parts = info.path[len(root) + 1 :].split("/")
         if len(parts) == 3 and is_wal_name(parts[2]):
-            folder = folders.setdefault((parts[0], parts[1]), _Folder())
+            folder = folders.setdefault((parts[0], parts[1]), FolderCount())
             folder.files += 1
             folder.bytes += info.size or 0
             # The order list_wal_files sorts by: modification time, then name.
@@ -218,7 +296,19 @@ def wal_backlogs(
         elif (
             len(parts) == 4 and parts[2] == QUARANTINE_DIR and not parts[3].endswith(REASON_SUFFIX)
         ):
-            folders.setdefault((parts[0], parts[1]), _Folder()).quarantined += 1
+            folder = folders.setdefault((parts[0], parts[1]), FolderCount())
+            folder.quarantined += 1
+            stamp_ns = info.mtime_ns or 0
+            if folder.quarantined_oldest_ns is None or stamp_ns < folder.quarantined_oldest_ns:
+                folder.quarantined_oldest_ns = stamp_ns
+    return folders
+
+
+def backlogs_of(
+    wal_root: str, folders: RootFolders, refs: Iterable[TableRef]
+) -> tuple[dict[str, WalStats], dict[str, str]]:
+    """Each table's :class:`WalStats` from one listing's ``folders`` (a table with no
+    folder has an empty WAL), and the tables that cannot have a WAL folder, with why."""
     stats: dict[str, WalStats] = {}
     errors: dict[str, str] = {}
     for ref in refs:
@@ -228,15 +318,14 @@ def wal_backlogs(
             errors[ref.key] = str(exc)
             continue
         found = folders.get((ref.namespace, ref.name))
-        stats[ref.key] = (
-            WalStats(
-                files=found.files,
-                bytes=found.bytes,
-                quarantined=found.quarantined,
-                oldest=found.oldest[1] if found.oldest else None,
-                oldest_at=found.oldest[0] / 1e9 if found.oldest and found.oldest[0] else None,
-            )
-            if found is not None
-            else WalStats(0, 0)
-        )
+        stats[ref.key] = found.stats() if found is not None else WalStats(0, 0)
     return stats, errors
+
+
+def wal_backlogs(
+    wal_root: str, refs: Iterable[TableRef]
+) -> tuple[dict[str, WalStats], dict[str, str]]:
+    """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root``
+    (:func:`list_root_folders`, :func:`backlogs_of`): the same figures as :func:`wal_stats`
+    table by table, at the cost of one listing."""
+    return backlogs_of(wal_root, list_root_folders(wal_root), refs)
