@@ -48,6 +48,7 @@ def sensor_run_requests(
     trigger: str,
     tables_per_run: int,
     tags: Callable[[Sequence[BatchEntry]], Mapping[str, str]] | None = None,
+    limits: Mapping[str, str] | None = None,
 ) -> list[dg.RunRequest]:
     """Runs of ``maintenance_batch_job`` over ``entries`` in their order, up to
     ``tables_per_run`` tables each, keyed by their tables' decision numbers
@@ -62,6 +63,7 @@ def sensor_run_requests(
         start += size
         run_tags = {TRIGGER_TAG: trigger, TABLES_TAG: str(len(chunk))}
         run_tags.update(tags(chunk) if tags is not None else {})
+        run_tags.update(limits or {})  # e.g. runs.max_runtime_tags: a hung run is failed
         keys = [f"{entry.table}:{decisions[entry.table]}" for entry in chunk]
         if len(chunk) == 1:
             [entry] = chunk
