@@ -545,6 +545,19 @@ class LockSettings(_Settings):
             )
         return value
 
+    @model_validator(mode="after")
+    def _stuck_after_a_lease(self) -> LockSettings:
+        # A holder gives its lease up at stuck_after: before its first renewals it would
+        # give up every lease it takes.
+        if self.stuck_after <= self.lease:
+            raise _broken(
+                f"must be longer than maintain.locks.lease ({format_duration(self.lease)}): "
+                "an operation holding its lease this long is taken for stuck",
+                key="stuck_after",
+                value=format_duration(self.stuck_after),
+            )
+        return self
+
     @field_validator("uri")
     @classmethod
     def _absolute_uri(cls, value: str | None, info: ValidationInfo) -> str | None:

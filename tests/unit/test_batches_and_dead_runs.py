@@ -317,3 +317,13 @@ def test_a_lease_below_the_floor_is_refused_naming_key_and_value(tmp_path: Path)
         {"maintain": {"locks": {"lease": format_duration(MIN_LEASE)}}}, tmp_path
     )
     assert at_floor.locks.lease == MIN_LEASE
+
+
+def test_stuck_after_must_be_longer_than_a_lease(tmp_path: Path) -> None:
+    """A holder gives its lease up at ``stuck_after``: one no longer than a lease would take
+    every operation for stuck."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"maintain": {"locks": {"lease": "2m", "stuck_after": "1m"}}}, tmp_path)
+    message = str(info.value)
+    assert "maintain.locks.stuck_after" in message and "1m" in message, message
+    assert "longer than maintain.locks.lease (2m)" in message, message
