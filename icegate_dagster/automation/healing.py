@@ -1,12 +1,14 @@
 """Runs whose worker is gone: the sensors mark them failed, so queued runs start and their
 tables are asked for again.
 
-A run is failed only when its worker is provably gone:
+Only this code location's runs are judged (:func:`is_maintenance_run`), and one is failed
+only when its worker is provably gone:
 
 * **same host** (same host name, kernel boot and PID namespace as the sensor's code
-  server): the process its heartbeat names no longer exists (or its PID now belongs to a
-  younger process). A process that still runs is never failed, however late its beats
-  (a lease store that was unreachable for a while);
+  server): the process its heartbeat names no longer exists, is a zombie, or its PID now
+  belongs to a younger process. A process that still runs is never failed, however late
+  its beats (a lease store that was unreachable for a while); a hung one is failed by
+  Dagster's run monitoring past the run's ``dagster/max_runtime`` (``runs.max_runtime``);
 * **another host**, or a heartbeat that does not say which process beats: no heartbeat and
   no table lease renewed for :data:`SILENT_LEASES` leases (6 minutes with the default
   ``maintain.locks.lease`` of 2 minutes). A worker that is cut off from the lease store
