@@ -26,7 +26,7 @@ from icegate_dagster.assets.maintained_table import (
     record_tables,
 )
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG, log_table_report
-from icegate_dagster.automation.runs import BATCH_JOB, BATCH_PLAN, MAINTENANCE_TAGS
+from icegate_dagster.automation.runs import BATCH_JOB, BATCH_PLAN, SPARK_JOB_TAGS
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
@@ -121,7 +121,7 @@ def build_batch_job(steps: Sequence[dg.OpDefinition]) -> dg.JobDefinition:
     @dg.job(
         name=BATCH_JOB,
         executor_def=dg.in_process_executor,
-        tags=MAINTENANCE_TAGS,
+        tags=SPARK_JOB_TAGS,
         description=(
             "Maintain a batch of tables in one run (one Spark session), each doing its own "
             "operations (config plan_batch.tables); what the sensors request. Each table is "

@@ -1,7 +1,7 @@
 """The maintenance job, its daily schedule, the migrate and rollback jobs, and the two
 jobs of deferred orphan deletion."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -9,7 +9,7 @@ from pydantic import Field
 
 from icegate_dagster.assets import maintained_table, maintenance_log
 from icegate_dagster.assets.maintained_table import TABLES_PER_BACKFILL_RUN
-from icegate_dagster.automation.runs import MAINTENANCE_TAGS
+from icegate_dagster.automation.runs import CODE_LOCATION_TAGS, SPARK_JOB_TAGS, max_runtime_tags
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.migrate import migrate, target_namespace
 from icegate_dagster.partitions import ICEBERG_TABLES
@@ -26,7 +26,7 @@ maintenance_job = dg.define_asset_job(
     name="maintenance_job",
     selection=dg.AssetSelection.assets(maintained_table, maintenance_log).without_checks(),
     executor_def=dg.in_process_executor,
-    tags=MAINTENANCE_TAGS,
+    tags=SPARK_JOB_TAGS,
     description="Maintain the selected partitions of maintained_table, then report the "
     "maintenance log: all steps in one process (one Spark session), each step maintaining "
     "maintain.parallel_tables tables at a time.",
@@ -34,14 +34,18 @@ maintenance_job = dg.define_asset_job(
 
 
 def range_run_requests(
-    keys: Sequence[str], run_key_prefix: str, batch_size: int = TABLES_PER_BACKFILL_RUN
+    keys: Sequence[str],
+    run_key_prefix: str,
+    batch_size: int = TABLES_PER_BACKFILL_RUN,
+    tags: Mapping[str, str] | None = None,
 ) -> Iterator[dg.RunRequest]:
-    """Runs covering ``keys`` in order, ``batch_size`` tables each (one Spark session per run)."""
+    """Runs covering ``keys`` in order, ``batch_size`` tables each (one Spark session per
+    run), each also tagged ``tags``."""
     for start in range(0, len(keys), batch_size):
         batch = keys[start : start + batch_size]
         yield dg.RunRequest(
             run_key=f"{run_key_prefix}:{batch[0]}..{batch[-1]}",
-            tags={RANGE_START_TAG: batch[0], RANGE_END_TAG: batch[-1]},
+            tags={**(tags or {}), RANGE_START_TAG: batch[0], RANGE_END_TAG: batch[-1]},
         )
 
 
@@ -53,9 +57,10 @@ def range_run_requests(
     description="Every table, every day at 03:00 UTC, in batches sharing one Spark session.",
 )
 def daily_maintenance(
-    context: dg.ScheduleEvaluationContext,
+    context: dg.ScheduleEvaluationContext, lakehouse: LakehouseResource
 ) -> Iterator[dg.RunRequest] | dg.SkipReason:
-    """One run per batch of current partitions."""
+    """One run per batch of current partitions, each with the configuration's maximum
+    runtime (``dagster/max_runtime``: a hung run does not hold its slot forever)."""
     keys = context.instance.get_dynamic_partitions(ICEBERG_TABLES)
     if not keys:
         return dg.SkipReason(
@@ -63,7 +68,8 @@ def daily_maintenance(
             "turn on the iceberg_table_discovery sensor"
         )
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return range_run_requests(list(keys), f"daily-{stamp}")
+    limits = max_runtime_tags(lakehouse.config())
+    return range_run_requests(list(keys), f"daily-{stamp}", tags=limits)
 
 
 class MigrateConfig(dg.Config):
@@ -106,6 +112,7 @@ def migrate_tables(
 
 @dg.job(
     name="migrate_job",
+    tags=CODE_LOCATION_TAGS,
     description="Create or evolve IceGate's tables (logs, spans, metrics, events; op config "
     "`namespace`); safe to re-run. Fails if any table failed, with each table's action in the "
     "step's metadata.",
@@ -153,7 +160,7 @@ def rollback_table(
 
 @dg.job(
     name="rollback_job",
-    tags=MAINTENANCE_TAGS,
+    tags=SPARK_JOB_TAGS,
     description="Roll a table back to one of its snapshots (op rollback_table, config: table, "
     "snapshot_id); logged like the CLI's. An unknown snapshot fails the run, naming the ids the "
     "table has.",
@@ -254,7 +261,7 @@ def delete_collected_orphans(
 
 @dg.job(
     name="collect_orphans_job",
-    tags=MAINTENANCE_TAGS,
+    tags=SPARK_JOB_TAGS,
     description="Record orphan candidates of the configured tables (op config `tables`; "
     "empty: every table) for a later delete_collected_orphans_job; deletes nothing. Metadata "
     "`candidates`, `candidate_bytes` and `results` (per file); a failing table fails alone, "
@@ -268,7 +275,7 @@ def collect_orphans_job() -> None:
 
 @dg.job(
     name="delete_collected_orphans_job",
-    tags=MAINTENANCE_TAGS,
+    tags=SPARK_JOB_TAGS,
     description="Delete the collected orphan candidates still unreferenced, old and unchanged "
     "(op config `tables`; empty: every table); logged as remove_orphan_files. Metadata "
     "`orphans_removed`, `bytes_removed`, `kept`, `delete_failures` and `results` (per file); a "

@@ -1,12 +1,14 @@
 """Runs whose worker is gone: the sensors mark them failed, so queued runs start and their
 tables are asked for again.
 
-A run is failed only when its worker is provably gone:
+Only this code location's runs are judged (:func:`is_maintenance_run`), and one is failed
+only when its worker is provably gone:
 
 * **same host** (same host name, kernel boot and PID namespace as the sensor's code
-  server): the process its heartbeat names no longer exists (or its PID now belongs to a
-  younger process). A process that still runs is never failed, however late its beats
-  (a lease store that was unreachable for a while);
+  server): the process its heartbeat names no longer exists, is a zombie, or its PID now
+  belongs to a younger process. A process that still runs is never failed, however late
+  its beats (a lease store that was unreachable for a while); a hung one is failed by
+  Dagster's run monitoring past the run's ``dagster/max_runtime`` (``runs.max_runtime``);
 * **another host**, or a heartbeat that does not say which process beats: no heartbeat and
   no table lease renewed for :data:`SILENT_LEASES` leases (6 minutes with the default
   ``maintain.locks.lease`` of 2 minutes). A worker that is cut off from the lease store
@@ -25,11 +27,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.automation.runs import MAINTENANCE_ASSETS, MAINTENANCE_JOBS, batch_entries
+from icegate_dagster.assets.partition_events import CLI_SOURCE, SOURCE_TAG
+from icegate_dagster.automation.runs import (
+    CODE_LOCATION_TAG,
+    MAINTENANCE_ASSETS,
+    MAINTENANCE_JOBS,
+    PACKAGE,
+    TRIGGER_TAG,
+    batch_entries,
+)
 from icegate_dagster.config import format_duration
 from icegate_dagster.maintenance.leases.process import describe_process, process_gone
 from icegate_dagster.maintenance.leases.store import RunLiveness
@@ -38,10 +49,57 @@ from icegate_dagster.maintenance.leases.store import RunLiveness
 SILENT_LEASES = 3
 
 
+#: Where this package's modules are (a code location loaded from a file names one).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
 def is_maintenance_run(run: dg.DagsterRun) -> bool:
-    """Whether ``run`` belongs to this code location (and so keeps a heartbeat)."""
+    """Whether ``run`` belongs to this code location (and so keeps a heartbeat): a run of
+    one of its jobs or assets that carries a tag only this project sets, or whose code, as
+    Dagster recorded it, is this package. Another code location's job of the same name
+    (a ``migrate_job`` of its own) is none of the healer's business."""
     selected = set(run.asset_selection or ())
-    return run.job_name in MAINTENANCE_JOBS or bool(selected & MAINTENANCE_ASSETS)
+    if not (run.job_name in MAINTENANCE_JOBS or selected & MAINTENANCE_ASSETS):
+        return False
+    return _tagged_by_this_project(run) or _code_of_this_package(run)
+
+
+def _tagged_by_this_project(run: dg.DagsterRun) -> bool:
+    """Our jobs' own tag (Dagster copies a job's tags onto its runs), the tag of a sensor's
+    request, or a CLI pass's."""
+    tags = run.tags
+    return (
+        tags.get(CODE_LOCATION_TAG) == PACKAGE
+        or TRIGGER_TAG in tags
+        or tags.get(SOURCE_TAG) == CLI_SOURCE
+    )
+
+
+def _code_of_this_package(run: dg.DagsterRun) -> bool:
+    """Whether the code Dagster recorded for ``run`` (its job's code pointer, else its code
+    location's loadable target) is a module or file of this package: a run launched from
+    this code location's asset graph carries no job tags of ours."""
+    modules: list[str | None] = []
+    files: list[tuple[str | None, str | None]] = []
+    if run.job_code_origin is not None:
+        pointer = run.job_code_origin.repository_origin.code_pointer
+        folder = getattr(pointer, "working_directory", None)
+        modules.append(getattr(pointer, "module", None))
+        files.append((getattr(pointer, "python_file", None), folder))
+    elif run.remote_job_origin is not None:
+        location = run.remote_job_origin.repository_origin.code_location_origin
+        target = getattr(location, "loadable_target_origin", None)
+        if target is not None:
+            modules += [target.module_name, target.package_name, target.autoload_defs_module_name]
+            files.append((target.python_file, target.working_directory))
+    if any(name == PACKAGE or name.startswith(f"{PACKAGE}.") for name in modules if name):
+        return True
+    for name, folder in files:
+        if name:
+            path = Path(folder or ".", name) if not Path(name).is_absolute() else Path(name)
+            if path.resolve().is_relative_to(PACKAGE_DIR):
+                return True
+    return False
 
 
 def _utc(moment: datetime) -> str:

@@ -43,7 +43,7 @@ from icegate_dagster.automation.look import (
     unsafe_sharing,
 )
 from icegate_dagster.automation.requests import request_runs
-from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, BatchEntry
+from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, BatchEntry, max_runtime_tags
 from icegate_dagster.automation.tick import Tick, partitions_to_add
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS
@@ -231,6 +231,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
                 trigger=HEALTH_SENSOR,
                 tables_per_run=config.trigger.tables_per_run,
                 now=tick.now,
+                limits=max_runtime_tags(config),
                 tags=lambda chunk: {NEED_TAG: f"{max(needs[e.table] for e in chunk):g}"},
             )
         except Exception as exc:

@@ -63,6 +63,7 @@ def _planned(
     trigger: str,
     tables_per_run: int,
     tags: Callable[[Sequence[BatchEntry]], Mapping[str, str]] | None = None,
+    limits: Mapping[str, str] | None = None,
 ) -> list[tuple[Sequence[BatchEntry], dg.RunRequest]]:
     prefix = RUN_KEY_PREFIXES.get(trigger, trigger)
     planned, start = [], 0
@@ -71,6 +72,7 @@ def _planned(
         start += size
         run_tags = {TRIGGER_TAG: trigger, TABLES_TAG: str(len(chunk))}
         run_tags.update(tags(chunk) if tags is not None else {})
+        run_tags.update(limits or {})  # e.g. runs.max_runtime_tags: a hung run is failed
         keys = [f"{entry.table}:{decisions[entry.table]}" for entry in chunk]
         if len(chunk) == 1:
             [entry] = chunk
@@ -98,15 +100,22 @@ def sensor_run_requests(
     trigger: str,
     tables_per_run: int,
     tags: Callable[[Sequence[BatchEntry]], Mapping[str, str]] | None = None,
+    limits: Mapping[str, str] | None = None,
 ) -> list[dg.RunRequest]:
     """Runs of ``maintenance_batch_job`` over ``entries`` in their order, up to
     ``tables_per_run`` tables each, keyed by their tables' decisions (``decisions``: table
-    -> :func:`new_decisions`'s). ``tags`` adds tags to a run from its entries. A one-table
+    -> :func:`new_decisions`'s). ``tags`` adds tags to a run from its entries, ``limits``
+    to every run (:func:`~icegate_dagster.automation.runs.max_runtime_tags`). A one-table
     run is keyed ``<prefix>:<table>:<decision>`` and tagged ``icegate/table`` and
     ``icegate/table_state``; a batch ``<prefix>:batch:<digest of its tables' keys>``.
     """
     planned = _planned(
-        entries, decisions, trigger=trigger, tables_per_run=tables_per_run, tags=tags
+        entries,
+        decisions,
+        trigger=trigger,
+        tables_per_run=tables_per_run,
+        tags=tags,
+        limits=limits,
     )
     return [request for _, request in planned]
 
@@ -120,6 +129,7 @@ def request_runs(
     tables_per_run: int,
     now: float,
     tags: Callable[[Sequence[BatchEntry]], Mapping[str, str]] | None = None,
+    limits: Mapping[str, str] | None = None,
 ) -> list[dg.RunRequest]:
     """The run requests of ``entries`` (:func:`sensor_run_requests`, new decisions), each
     remembered in the trigger's memory as ``trigger``'s with its run's key before it is
@@ -127,7 +137,12 @@ def request_runs(
     memory does not know of could not be told from a lost one)."""
     decisions = new_decisions([entry.table for entry in entries], remembered)
     planned = _planned(
-        entries, decisions, trigger=trigger, tables_per_run=tables_per_run, tags=tags
+        entries,
+        decisions,
+        trigger=trigger,
+        tables_per_run=tables_per_run,
+        tags=tags,
+        limits=limits,
     )
     run_keys = {entry.table: request.run_key for chunk, request in planned for entry in chunk}
     memory.record_requests(

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
+
+from icegate_dagster.config import IcegateConfig
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -49,6 +52,17 @@ TABLES_TAG = "icegate/tables"
 MAINTENANCE_TAG = "icegate/maintenance"
 MAINTENANCE_TAGS = {MAINTENANCE_TAG: "spark"}
 
+#: The package whose code location this is.
+PACKAGE = __name__.split(".", 1)[0]
+#: On every run of this code location's jobs (value: the package): the sensors' healer
+#: looks after runs of this code location only, never another's job of the same name.
+CODE_LOCATION_TAG = "icegate/code_location"
+CODE_LOCATION_TAGS = {CODE_LOCATION_TAG: PACKAGE}
+#: The tags of the jobs that start Spark.
+SPARK_JOB_TAGS = {**CODE_LOCATION_TAGS, **MAINTENANCE_TAGS}
+#: Dagster's run monitoring fails a run that ran longer than this many seconds.
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+
 #: The job the sensors request, and the op whose config lists its tables.
 BATCH_JOB = "maintenance_batch_job"
 #: The run in which an ``icegate-maintain`` pass records its tables (see ``cli_history``).
@@ -70,6 +84,20 @@ MAINTENANCE_JOBS = frozenset(
 MAINTENANCE_ASSETS = frozenset(
     dg.AssetKey(name) for name in ("maintained_table", "maintenance_log", "lakehouse_health")
 )
+
+
+def max_runtime(config: IcegateConfig) -> timedelta:
+    """How long a run the sensors or the schedule request may run: ``maintain.locks.
+    stuck_after`` (by then an operation that hung gave its lease up) plus one lease (by then
+    that lease ran out). A run still going then is taken for hung: it holds a run slot that
+    every other maintenance run waits for."""
+    return config.locks.stuck_after + config.locks.lease
+
+
+def max_runtime_tags(config: IcegateConfig) -> dict[str, str]:
+    """``dagster/max_runtime`` of :func:`max_runtime`, for a run request's tags: Dagster's run
+    monitoring (on in both ``dagster.yaml`` files) fails the run past it."""
+    return {MAX_RUNTIME_TAG: str(int(max_runtime(config).total_seconds()))}
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import dagster as dg
 
 from icegate_dagster.automation.look import list_tables
 from icegate_dagster.automation.requests import request_runs
-from icegate_dagster.automation.runs import BATCH_JOB, WAL_SENSOR, BatchEntry
+from icegate_dagster.automation.runs import BATCH_JOB, WAL_SENSOR, BatchEntry, max_runtime_tags
 from icegate_dagster.automation.tick import Tick, partitions_to_add
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
@@ -236,6 +236,7 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
             trigger=WAL_SENSOR,
             tables_per_run=config.trigger.tables_per_run,
             now=tick.now,
+            limits=max_runtime_tags(config),
             tags=backlog_tags,
         )
     except Exception as exc:

@@ -501,6 +501,14 @@ class TriggerSettings(_Settings):
         return value
 
 
+#: The shortest ``maintain.locks.lease``. A holder tolerates a silent lease store for two
+#: thirds of a lease, a commit has a third of one after its last check, and the sensors fail
+#: a run of another host after three leases of silence: at 15 s that is 10 s, 5 s and 45 s
+#: (more than one sensor interval of 30 s). Shorter, a store's brief pause (a failover, a
+#: locked SQLite file) loses leases and fails live runs.
+MIN_LEASE = timedelta(seconds=15)
+
+
 class LockSettings(_Settings):
     """Where the per-table leases live, and how long one lasts (``maintain.locks``)."""
 
@@ -517,14 +525,44 @@ class LockSettings(_Settings):
         description="how long a lease lasts unless renewed; the holder renews it every sixth "
         "and stops itself (cancelling its Spark jobs, committing nothing) if it could not "
         "renew for two thirds of it. Dagster runs keep a heartbeat of the same length: a "
-        "`STARTED` run with neither for longer than this is failed by the sensors as having "
-        "no worker",
+        "`STARTED` run whose process cannot be asked about, with neither for three leases, "
+        "is failed by the sensors as having no worker",
+        json_schema_extra=_bounds(low=MIN_LEASE),
     )
     stuck_after: Duration = Field(
         default=timedelta(hours=6),
-        description="an operation that finds its table held longer than this fails (and with "
-        "it `ops_succeeded`) naming the holder, instead of skipping quietly",
+        description="an operation that has held its table this long is taken for stuck: it "
+        "stops renewing its lease (cancelling its Spark jobs, committing nothing), so the "
+        "lease runs out a lease later; an operation that finds its table held longer than "
+        "this fails (and with it `ops_succeeded`) naming the holder, instead of skipping "
+        "quietly. The runs the sensors and the schedule request carry `dagster/max_runtime` "
+        "= this plus one lease: Dagster's run monitoring fails a run that ran longer",
     )
+
+    @field_validator("lease")
+    @classmethod
+    def _long_enough(cls, value: timedelta) -> timedelta:
+        if value < MIN_LEASE:
+            raise _broken(
+                f"must be at least {format_duration(MIN_LEASE)} (a holder gives its lease up "
+                "after two thirds of it without the store, and the sensors fail a run on "
+                "another host after three leases of silence)",
+                value=format_duration(value),
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _stuck_after_a_lease(self) -> LockSettings:
+        # A holder gives its lease up at stuck_after: before its first renewals it would
+        # give up every lease it takes.
+        if self.stuck_after <= self.lease:
+            raise _broken(
+                f"must be longer than maintain.locks.lease ({format_duration(self.lease)}): "
+                "an operation holding its lease this long is taken for stuck",
+                key="stuck_after",
+                value=format_duration(self.stuck_after),
+            )
+        return self
 
     @field_validator("uri")
     @classmethod

@@ -4,18 +4,25 @@ saying why, and its table is requested again; a run whose heartbeat process on t
 was killed is failed at the next tick; one whose process lives on is never failed, however
 long its beats stay away (a lease store it could not reach); one that holds a table stays.
 A real run keeps its heartbeat while it runs, and a run whose lease store cannot be opened
-does not start. (Lease 2 s here: 2 min by default.)"""
+does not start. (Lease 15 s here, the shortest allowed: 2 min by default.)"""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.remote_representation.external import RemoteJob
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-from icegate_dagster.automation.healing import SILENT_LEASES
+from icegate_dagster.automation.healing import SILENT_LEASES, fail_dead_runs
 from icegate_dagster.automation.health_sensor import table_health_sensor
 from icegate_dagster.automation.runs import (
     BATCH_JOB,
@@ -26,25 +33,32 @@ from icegate_dagster.automation.runs import (
     batch_run_config,
 )
 from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.config.models import MIN_LEASE
 from icegate_dagster.definitions import defs
+from icegate_dagster.jobs import daily_maintenance
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.lease_holder import beating_in_another_process, held_by_another_process
+from tests.webserver import REPO
+
+#: Dagster's run monitoring fails a run that ran longer than this tag says (seconds).
+MAX_RUNTIME_TAG = "dagster/max_runtime"
 
 BUSY = "lakehouse.busy"
-LEASE_S = 2.0
+LEASE_S = MIN_LEASE.total_seconds()
 #: How long a run that cannot be asked about must be silent before it is failed.
 SILENCE_S = LEASE_S * SILENT_LEASES
+STUCK_AFTER = timedelta(hours=3)
 
 
 @pytest.fixture
 def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
     lakehouse = lakehouse_factory(
         maintain={
-            "locks": {"lease": f"{LEASE_S:g}s"},
+            "locks": {"lease": f"{LEASE_S:g}s", "stuck_after": "3h"},
             "health": {"small_files": 5},
             "compaction": {"min_files": 3},
         },
@@ -110,7 +124,7 @@ def test_a_started_run_with_no_worker_is_failed_saying_why_and_its_table_request
     assert _status(instance, run) == dg.DagsterRunStatus.FAILURE
     message = _failure_message(instance, run)
     assert "worker is gone" in message and "never recorded a heartbeat" in message
-    assert "3 × maintain.locks.lease (6s)" in message
+    assert f"3 × maintain.locks.lease ({SILENCE_S:g}s)" in message
     assert _requested_tables(healed) == [BUSY]
 
 
@@ -226,12 +240,12 @@ def test_a_real_run_keeps_its_heartbeat_while_it_runs_and_stops_after(
             seen.append(locks.run_liveness(started)[started[0]])
         time.sleep(0.2)
 
-    # Another maintainer holds the table for two leases: the run waits for it (lock_wait),
-    # so it lives longer than a lease however fast its Spark work is.
+    # Another maintainer holds the table for more than a lease (less than lock_wait): the
+    # run waits for it, so it lives longer than a lease however fast its Spark work is.
     with held_by_another_process(lh.config_path, BUSY):
         worker = threading.Thread(target=run)
         worker.start()
-        held_until = time.monotonic() + 2 * LEASE_S
+        held_until = time.monotonic() + LEASE_S + 3
         while time.monotonic() < held_until and worker.is_alive():
             look()
     while worker.is_alive():
@@ -253,3 +267,136 @@ def test_a_real_run_keeps_its_heartbeat_while_it_runs_and_stops_after(
     # After the run, the heartbeat thread stops within one beat (a sixth of the lease).
     time.sleep(LEASE_S / 6 + 1)
     assert not [t for t in threading.enumerate() if t.name == f"heartbeat {result.run_id}"]
+
+
+def _zombie(worker: subprocess.Popen[str]) -> None:
+    """Kill ``worker`` and leave it unreaped, as a run worker whose parent hangs is left."""
+    worker.kill()
+    deadline = time.monotonic() + 30  # liveness bound only
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{worker.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {worker.pid} did not become a zombie")
+
+
+def test_a_run_whose_worker_is_a_zombie_is_failed_at_the_next_tick(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """Its process ended but nobody reaped it: same PID, same start time, still in /proc,
+    running nothing. It holds the maintenance slot until it is failed."""
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    run = _started_run(instance)
+    with beating_in_another_process(lh.config_path, run.run_id) as worker:
+        _tick(lh, instance)
+        assert _status(instance, run) == dg.DagsterRunStatus.STARTED
+        _zombie(worker)
+        healed = _tick(lh, instance)
+        assert _status(instance, run) == dg.DagsterRunStatus.FAILURE, "a zombie counted alive"
+    message = _failure_message(instance, run)
+    assert f"process {worker.pid} on " in message and "no longer exists" in message
+    assert _requested_tables(healed) == [BUSY]
+
+
+def _location(
+    instance: dg.DagsterInstance, name: str, target: LoadableTargetOrigin
+) -> Iterator[RemoteJob]:
+    """The ``migrate_job`` of code location ``name``, loaded as Dagster loads a location."""
+    origin = InProcessCodeLocationOrigin(loadable_target_origin=target, location_name=name)
+    with origin.create_location(instance) as location:
+        yield location.get_repository("__repository__").get_full_job("migrate_job")
+
+
+OTHER_TEAM = """
+import dagster as dg
+
+@dg.op
+def move_accounts() -> None:
+    pass
+
+@dg.job(name="migrate_job")
+def migrate_job() -> None:
+    move_accounts()
+
+defs = dg.Definitions(jobs=[migrate_job])
+"""
+
+
+def test_the_healer_leaves_another_code_locations_runs_alone(
+    lh: Lakehouse, instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    """Another team's code location has its own ``migrate_job``; its live run, started 7
+    minutes ago, keeps no heartbeat in icegate's lease store (it knows nothing of it) and is
+    none of icegate's business. Ours, in the same state, is failed."""
+    (tmp_path / "team_b.py").write_text(OTHER_TEAM)
+    spec = importlib.util.spec_from_file_location("team_b", tmp_path / "team_b.py")
+    assert spec is not None and spec.loader is not None
+    team_b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(team_b)
+    theirs_target = LoadableTargetOrigin(
+        python_file=str(tmp_path / "team_b.py"), working_directory=str(tmp_path)
+    )
+    ours_target = LoadableTargetOrigin(
+        module_name="icegate_dagster.definitions", working_directory=str(REPO)
+    )
+    runs = {}
+    for name, target, job in (
+        ("team_b", theirs_target, team_b.migrate_job),
+        ("icegate", ours_target, defs.resolve_job_def("migrate_job")),
+    ):
+        for remote in _location(instance, name, target):
+            for key, tags in ((name, dict(remote.run_tags)), (f"{name} untagged", {})):
+                # Dagster's launch gives a run its job's tags; a run without them (one
+                # launched before the job had its tag) is known by its code alone.
+                runs[key] = instance.create_run_for_job(
+                    job,
+                    status=dg.DagsterRunStatus.STARTED,
+                    tags=tags,
+                    remote_job_origin=remote.get_remote_origin(),
+                    job_code_origin=remote.get_python_origin(),
+                )
+    locks = Maintainer(lh.config).leasing.locks
+    assert locks is not None
+    seven_minutes_on = datetime.now(UTC) + timedelta(minutes=7)
+
+    dead = fail_dead_runs(instance, locks.run_liveness, lh.config.locks.lease, seven_minutes_on)
+
+    for theirs in ("team_b", "team_b untagged"):
+        assert _status(instance, runs[theirs]) == dg.DagsterRunStatus.STARTED, (
+            "another code location's run was failed"
+        )
+        assert not instance.all_logs(runs[theirs].run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    ours = (runs["icegate"].run_id, runs["icegate untagged"].run_id)
+    assert sorted(run.run_id for run in dead) == sorted(ours)
+    for run_id in ours:
+        run = instance.get_run_by_id(run_id)
+        assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+        assert "never recorded a heartbeat" in _failure_message(instance, run)
+
+
+def test_sensor_and_schedule_runs_carry_a_max_runtime_from_the_config(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """A run that hangs (a worker alive but making no progress) holds the only maintenance
+    slot: Dagster's run monitoring fails it past ``dagster/max_runtime``, which every run
+    the sensors and the schedule request carries: ``maintain.locks.stuck_after`` (by then a
+    hung operation has given up its lease) plus one lease (by then that lease ran out)."""
+    expected = str(int((STUCK_AFTER + timedelta(seconds=LEASE_S)).total_seconds()))
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    health = _tick(lh, instance)
+    assert isinstance(health, dg.SensorResult) and health.run_requests
+    for i in range(4):
+        lh.write_wal(BUSY, lh.table(BUSY).scan().to_arrow().slice(0, 2), f"w-{i}.parquet")
+    wal = _tick(lh, instance, wal_size_sensor)
+    assert isinstance(wal, dg.SensorResult) and wal.run_requests
+    context = dg.build_schedule_context(
+        instance=instance,
+        resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
+        scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
+    )
+    schedule = daily_maintenance(context)
+    assert not isinstance(schedule, dg.SkipReason)
+    requests = [*health.run_requests, *wal.run_requests, *schedule]
+    assert len(requests) == 3
+    assert [request.tags.get(MAX_RUNTIME_TAG) for request in requests] == [expected] * 3

@@ -12,6 +12,7 @@ from icegate_dagster.definitions import defs
 from icegate_dagster.jobs import daily_maintenance, range_run_requests
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.resources import LakehouseResource
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,19 +81,23 @@ def test_maintenance_steps_are_visible_and_pooled() -> None:
         assert batch_steps[name] is graph_node.definition.node_named(name).definition  # type: ignore[attr-defined]
 
 
-def test_daily_schedule_cron_timezone_and_batches() -> None:
+def test_daily_schedule_cron_timezone_and_batches(tmp_path: Path) -> None:
     schedule = defs.resolve_schedule_def("daily_maintenance")
     assert schedule.cron_schedule == "0 3 * * *"
     assert schedule.execution_timezone == "UTC"
+    (tmp_path / "icegate.yaml").write_text("{}\n")
+    resources = {"lakehouse": LakehouseResource(config_path=str(tmp_path / "icegate.yaml"))}
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(instance=instance)
+        context = dg.build_schedule_context(instance=instance, resources=resources)
         skipped = daily_maintenance(context)
         assert isinstance(skipped, dg.SkipReason)
         assert "iceberg_table_discovery" in str(skipped.skip_message)
         keys = [f"lakehouse.t{i:02d}" for i in range(30)]
         instance.add_dynamic_partitions(iceberg_tables.name, keys)
         context = dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC)
+            instance=instance,
+            resources=resources,
+            scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
         )
         requests = list(daily_maintenance(context))
     # Every current table, in batches of 25 that each share one Spark session.

@@ -60,9 +60,9 @@ def _kill_while_writing(
 
 @pytest.fixture
 def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
-    # A killed holder's lease runs out (no pid checks): keep it short, so the re-run
-    # waits a few seconds for it instead of lock_wait's skip.
-    lakehouse = lakehouse_factory(maintain={**WAL_RULES, "locks": {"lease": "3s"}}, wal=True)
+    # A killed holder's lease runs out (no pid checks): keep it short (the shortest allowed),
+    # so the re-run waits for it within lock_wait (30 s) instead of skipping.
+    lakehouse = lakehouse_factory(maintain={**WAL_RULES, "locks": {"lease": "15s"}}, wal=True)
     lakehouse.add_table(TABLE, appends=1)
     return lakehouse
 

@@ -402,7 +402,7 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
 
     lh = pg_pass.lakehouse
     raw = yaml.safe_load(lh.config_path.read_text())  # ${ICEGATE_TEST_PG_PASSWORD} kept
-    raw.setdefault("maintain", {}).setdefault("locks", {})["lease"] = "3s"
+    raw.setdefault("maintain", {}).setdefault("locks", {})["lease"] = "15s"  # the shortest
     config = lh.config_path.with_name("icegate-short-lease.yaml")
     config.write_text(yaml.safe_dump(raw))
     instance = dg.DagsterInstance.ephemeral()

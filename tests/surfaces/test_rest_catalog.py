@@ -644,7 +644,7 @@ def test_a_run_whose_worker_died_is_failed_from_the_rest_deployments_lease_store
     process is killed the health sensor (on the same host) fails the run at its next tick,
     saying why, and asks again."""
     raw = yaml.safe_load(rest.config_path.read_text())
-    raw["maintain"]["locks"]["lease"] = "3s"
+    raw["maintain"]["locks"]["lease"] = "15s"  # the shortest allowed
     # The module's earlier passes maintained these tables moments ago (the trigger's memory
     # is the deployment's): a short interval lets the healed tick ask for them again.
     raw["maintain"].setdefault("health", {})["min_interval"] = "1s"

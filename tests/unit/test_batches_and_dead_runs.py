@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -24,8 +26,12 @@ from icegate_dagster.automation.runs import (
     BatchEntry,
     batch_entries,
 )
+from icegate_dagster.config import config_from_dict, format_duration
+from icegate_dagster.config.models import MIN_LEASE
+from icegate_dagster.errors import ConfigError
 from icegate_dagster.maintenance.leases.process import process_gone, process_identity
-from icegate_dagster.maintenance.leases.store import RunLiveness
+from icegate_dagster.maintenance.leases.store import RunLiveness, TableLocks
+from icegate_dagster.maintenance.sql_store import engine_for
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=2)
@@ -197,3 +203,127 @@ def test_elsewhere_a_run_is_dead_only_after_several_leases_of_silence() -> None:
     )
     never = dead_run_reason(NOW - silence - timedelta(seconds=1), _liveness(None), LEASE, NOW)
     assert never is not None and "never recorded a heartbeat" in never
+
+
+def _state(pid: int) -> str:
+    """The process state letter in ``/proc/<pid>/stat`` (``Z`` for a zombie)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def test_a_zombie_process_on_this_host_is_gone() -> None:
+    """A worker that exited but was never reaped (its parent hung or ignores SIGCHLD) keeps
+    its PID and start time in ``/proc`` as a zombie: it runs nothing and renews nothing, so
+    its run must be failed like any other whose worker ended."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait for the word, then exit (nobody reaps it yet)
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        identity = process_identity(pid)  # as its heartbeat recorded it while it ran
+        assert process_gone(identity) is False
+        os.write(write, b"x")
+        deadline = time.monotonic() + 30  # liveness bound only
+        while _state(pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(pid) == "Z"  # still in /proc, same PID, same start time
+
+        assert process_gone(identity) is True
+        beating = _liveness(NOW + timedelta(seconds=90), process=identity)
+        reason = dead_run_reason(NOW - timedelta(seconds=10), beating, LEASE, NOW)
+        assert reason is not None and f"process {pid} on " in reason
+        assert "no longer exists" in reason
+    finally:
+        os.close(write)
+        os.waitpid(pid, 0)
+
+
+#: A maintainer whose work never returns: it takes ``argv[2]``'s lease (lease ``argv[3]``
+#: seconds, ``stuck_after`` ``argv[4]`` seconds) in the lease store at ``argv[1]`` and then
+#: blocks until its standard input closes; only then does its work reach a commit check.
+HUNG_HOLDER = """
+import sys
+from datetime import timedelta
+from icegate_dagster.maintenance.leases.store import LeaseLostError, LockHolder, TableLocks
+from icegate_dagster.maintenance.sql_store import engine_for
+locks = TableLocks(
+    engine_for(sys.argv[1]),
+    lease=timedelta(seconds=float(sys.argv[3])),
+    stuck_after=timedelta(seconds=float(sys.argv[4])),
+)
+with locks.hold(sys.argv[2], "hung-host:1:hung-run", timedelta(0)) as held:
+    assert not isinstance(held, LockHolder)
+    print("holding", flush=True)
+    sys.stdin.read()  # the work: never returns while the test runs
+    try:
+        held.verify()
+        print("committed", flush=True)
+    except LeaseLostError as exc:
+        print(f"refused: {exc}", flush=True)
+"""
+
+
+def test_a_hung_lease_holder_stops_renewing_past_stuck_after(tmp_path: Path) -> None:
+    """A worker whose main work makes no progress while its renewal thread goes on would hold
+    its table (and, through it, its run) forever. Past ``stuck_after`` the holder stops
+    renewing: the lease runs out in the store, another maintainer takes the table, and the
+    hung work, should it ever reach a commit, is refused."""
+    lease_s, stuck_s = 1.0, 3.0
+    uri = f"sqlite:///{tmp_path / 'locks.db'}"
+    locks = TableLocks(engine_for(uri), lease=timedelta(seconds=lease_s))
+    holder = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", HUNG_HOLDER, uri, "ns.t", str(lease_s), str(stuck_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        time.sleep(2 * lease_s)  # well past one lease: only its renewals keep it
+        held = locks.holder("ns.t")
+        assert held is not None and held.owner == "hung-host:1:hung-run"
+
+        # Past stuck_after and one more lease (liveness bound only), the table is free.
+        deadline = time.monotonic() + stuck_s + 2 * lease_s + 30
+        while locks.holder("ns.t") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert holder.poll() is None, "the holder still runs: it is hung, not dead"
+        assert locks.holder("ns.t") is None, "a hung holder renewed its lease past stuck_after"
+        assert locks.try_acquire("ns.t", "token-next", "next:2:run") is None
+
+        assert holder.stdin is not None
+        holder.stdin.close()  # the work wakes and reaches its commit check
+        outcome = holder.stdout.readline().strip()
+        assert outcome.startswith("refused: ns.t:"), outcome
+        assert "maintain.locks.stuck_after" in outcome, outcome
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_lease_below_the_floor_is_refused_naming_key_and_value(tmp_path: Path) -> None:
+    """A 5 s lease would make the healer's silence limit 15 s and leave a holder 3 s to
+    ride out a store that does not answer: refused at load, naming the key, the value and
+    the floor."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"maintain": {"locks": {"lease": "5s"}}}, tmp_path)
+    message = str(info.value)
+    assert "maintain.locks.lease" in message and "5s" in message, message
+    assert f"at least {format_duration(MIN_LEASE)}" in message, message
+    at_floor = config_from_dict(
+        {"maintain": {"locks": {"lease": format_duration(MIN_LEASE)}}}, tmp_path
+    )
+    assert at_floor.locks.lease == MIN_LEASE
+
+
+def test_stuck_after_must_be_longer_than_a_lease(tmp_path: Path) -> None:
+    """A holder gives its lease up at ``stuck_after``: one no longer than a lease would take
+    every operation for stuck."""
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"maintain": {"locks": {"lease": "2m", "stuck_after": "1m"}}}, tmp_path)
+    message = str(info.value)
+    assert "maintain.locks.stuck_after" in message and "1m" in message, message
+    assert "longer than maintain.locks.lease (2m)" in message, message

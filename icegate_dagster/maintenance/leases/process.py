@@ -8,7 +8,9 @@ waits for several leases of silence instead (``icegate_dagster.automation.healin
 
 The identity is ``host|boot id|pid namespace|pid|start time``: the boot id tells a
 restarted host apart, the PID namespace two containers that share a hostname, and the
-start time (in clock ticks since boot, from ``/proc/<pid>/stat``) a reused PID.
+start time (in clock ticks since boot, from ``/proc/<pid>/stat``) a reused PID. A zombie
+(state ``Z``: exited, not yet reaped by its parent) or a dying process (``X``) keeps its
+PID and start time in ``/proc`` but runs nothing: it is gone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import os
 import socket
 
 SEPARATOR = "|"
+#: Process states (``/proc/<pid>/stat`` field 3) of a process that has ended: a zombie
+#: waiting for its parent to reap it, and one being torn down.
+ENDED_STATES = frozenset({"Z", "X"})
 
 
 def _read(path: str) -> str:
@@ -34,14 +39,22 @@ def _namespace() -> str:
         return ""
 
 
-def _start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot; None when it does not exist."""
+def _stat(pid: int) -> tuple[str, str] | None:
+    """The process's state letter and start time (clock ticks since boot); None when no
+    process has that PID."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ")".
     fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else ""
+    state = fields[0] if fields else ""
+    return state, fields[19] if len(fields) > 19 else ""
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot; None when it does not exist."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
 
 
 def _host() -> tuple[str, str, str]:
@@ -67,8 +80,9 @@ def describe_process(identity: str | None) -> str:
 def process_gone(identity: str | None) -> bool | None:
     """Whether the process ``identity`` names has ended: True when it ran on this very host
     (host, boot and PID namespace alike) and no process with its PID and start time exists
-    any more; False when it still does; None when this host cannot tell (another host or
-    container, a rebooted host, no ``/proc``, an identity from an older heartbeat)."""
+    any more, or only as a zombie; False when it still runs; None when this host cannot
+    tell (another host or container, a rebooted host, no ``/proc``, an identity from an
+    older heartbeat)."""
     if not identity:
         return None
     parts = identity.split(SEPARATOR)
@@ -79,5 +93,8 @@ def process_gone(identity: str | None) -> bool | None:
         return None
     if (host, boot, namespace) != _host():
         return None
-    now = _start_ticks(int(pid_text))
-    return now is None or now != start
+    now = _stat(int(pid_text))
+    if now is None:
+        return True
+    state, started = now
+    return started != start or state in ENDED_STATES

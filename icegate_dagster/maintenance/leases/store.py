@@ -15,8 +15,12 @@ lease in the background; a holder that dies simply stops renewing and its
 lease runs out. A holder that cannot renew stops itself: it considers the
 lease lost two thirds into the lease (measured on its own monotonic clock),
 before anyone else may take it over, and cancels its running Spark jobs.
-Before every commit and every delete the operation re-checks, in the database,
-that the lease is still its own (:func:`check_lease`).
+A holder that has held its lease for ``stuck_after`` is taken for stuck (its
+renewal thread would otherwise keep a hung operation's table, and its run,
+forever): it stops renewing and considers the lease lost the same way, and the
+lease runs out one lease later. Before every commit and every delete the
+operation re-checks, in the database, that the lease is still its own
+(:func:`check_lease`).
 
 The same store keeps a **heartbeat per Dagster run** (table ``icegate_run_heartbeats``):
 a run renews its row for as long as its process lives, whether or not it holds a table
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from icegate_dagster.config import format_duration
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance.leases.process import process_identity
 from icegate_dagster.maintenance.sql_store import create_tables, db_now, engine_for, epoch_type
@@ -95,7 +100,7 @@ class Lease:
         self.holder = holder
         self.lost = threading.Event()
         self.reason = ""
-        self._renewed = time.monotonic()
+        self._acquired = self._renewed = time.monotonic()
         self._on_lost: list[Callable[[], None]] = []
         self._guard = threading.Lock()
 
@@ -122,9 +127,25 @@ class Lease:
             with contextlib.suppress(Exception):
                 callback()
 
+    def _held_too_long(self) -> bool:
+        """Mark the lease lost once it has been held for ``stuck_after``: its operation is
+        taken for stuck, so it is renewed no more and nothing of it commits."""
+        held = time.monotonic() - self._acquired
+        stuck_after = self.store.stuck_after
+        if held < stuck_after.total_seconds():
+            return False
+        self._lose(
+            f"it held its lease for {format_duration(timedelta(seconds=round(held)))}, past "
+            f"maintain.locks.stuck_after ({format_duration(stuck_after)}): taken for stuck, "
+            "its lease was given up"
+        )
+        return True
+
     def renew(self) -> None:
-        """Extend the lease; a lease that is no longer ours, or could not be renewed in
-        time, is marked lost."""
+        """Extend the lease; a lease that is no longer ours, could not be renewed in time,
+        or has been held for ``stuck_after``, is marked lost (and renewed no more)."""
+        if self._held_too_long():
+            return
         try:
             ours = self.store.renew(self.table, self.token)
         except Exception as exc:  # the store is unreachable: retried until the margin
@@ -141,6 +162,8 @@ class Lease:
         """Raise :class:`LeaseLostError` unless the lease is ours, checked in the database."""
         if not self.lost.is_set() and time.monotonic() - self._renewed > self._margin:
             self._lose(f"its lease was not renewed for {self._margin:.0f}s")
+        if not self.lost.is_set():
+            self._held_too_long()
         if not self.lost.is_set():
             try:
                 ours = self.store.owns(self.table, self.token)
