@@ -383,11 +383,15 @@ def test_sensor_and_schedule_runs_carry_a_max_runtime_from_the_config(
     the sensors and the schedule request carries: ``maintain.locks.stuck_after`` (by then a
     hung operation has given up its lease) plus one lease (by then that lease ran out)."""
     expected = str(int((STUCK_AFTER + timedelta(seconds=LEASE_S)).total_seconds()))
-    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY])
+    # A second table for the WAL sensor: BUSY's open health request makes the WAL sensor
+    # wait for that run (each table has one run in flight at a time).
+    ingest = "lakehouse.ingest"
+    lh.add_table(ingest, appends=1)
+    instance.add_dynamic_partitions(iceberg_tables.name, [BUSY, ingest])
     health = _tick(lh, instance)
     assert isinstance(health, dg.SensorResult) and health.run_requests
     for i in range(4):
-        lh.write_wal(BUSY, lh.table(BUSY).scan().to_arrow().slice(0, 2), f"w-{i}.parquet")
+        lh.write_wal(ingest, lh.table(ingest).scan().to_arrow().slice(0, 2), f"w-{i}.parquet")
     wal = _tick(lh, instance, wal_size_sensor)
     assert isinstance(wal, dg.SensorResult) and wal.run_requests
     context = dg.build_schedule_context(

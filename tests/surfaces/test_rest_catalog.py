@@ -282,15 +282,23 @@ def test_wal_sensor_requests_a_run_only_for_the_table_with_a_backlog(rest: RestL
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(iceberg_tables.name, sorted(TABLES))
     rest.fill_wal(BELOW, files=1)  # below min_files: never a run
+    # A trigger memory of its own: the request this test makes never reaches a Dagster
+    # instance, and an open request keeps its table from being asked for again (by either
+    # sensor) until its run is made; the health sensor's test below starts afresh.
+    raw = yaml.safe_load(rest.config_path.read_text())
+    locks = raw["maintain"].setdefault("locks", {})
+    locks["uri"] = f"sqlite:///{rest.root / 'wal-sensor-memory.db'}"
+    config = rest.root / "wal-sensor.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
 
-    idle = wal_size_sensor(_sensor_context(rest, instance))
+    idle = wal_size_sensor(_sensor_context(rest, instance, config))
     assert isinstance(idle, dg.SensorResult) and idle.skip_reason is not None
     assert not idle.run_requests
     assert "no WAL over its thresholds" in str(idle.skip_reason.skip_message)
     rest.outputs.append(str(idle.skip_reason.skip_message))
 
     rest.fill_wal(BACKLOG, files=MIN_WAL_FILES)
-    due = wal_size_sensor(_sensor_context(rest, instance))
+    due = wal_size_sensor(_sensor_context(rest, instance, config))
     assert isinstance(due, dg.SensorResult)
     [request] = due.run_requests or []
     [entry] = _entries(request)
