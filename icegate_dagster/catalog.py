@@ -8,25 +8,13 @@ derived from the SQLAlchemy URI.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from icegate_dagster.config import CatalogSettings, IcegateConfig
-from icegate_dagster.config.secrets import (
-    MASK,
-    is_flag,
-    is_secret_key,
-    mask,
-    ordered,
-    redact,
-    secret_parts,
-    secret_value_parts,
-    storage_uri_secrets,
-)
+from icegate_dagster.config import CatalogSettings
+from icegate_dagster.config.secrets import redact_uri, scrub
 from icegate_dagster.errors import CatalogUnavailableError, ConfigError
 
 if TYPE_CHECKING:
@@ -38,66 +26,6 @@ _PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables"
 _S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with its secrets masked: the password of ``user:password@`` and the value
-    of every secret query parameter (``?password=``, ``&token=``, ``X-Amz-Signature=``)."""
-    return mask(redact(uri), _url_password(uri))
-
-
-def _url_password(uri: str) -> list[str]:
-    """The password SQLAlchemy reads from a URI (it may hold characters the plain pattern
-    of :func:`redact` stops at)."""
-    try:
-        password = make_url(uri).password if "://" in uri else None
-    except (ArgumentError, ValueError):
-        return []
-    return [str(password)] if password else []
-
-
-def redact_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """Catalog properties safe to print: secret values become ``***``, the secret parts of
-    the others (a URI's password, ``?password=``) too."""
-    return {
-        key: MASK if is_secret_key(key) and not is_flag(value) else redact_uri(value)
-        for key, value in props.items()
-    }
-
-
-def secret_values(settings: CatalogSettings) -> list[str]:
-    """Every secret the catalog settings hold (for scrubbing engine messages): values of
-    secret keys, and the secret parts of the others (``uri``'s password, ``?password=``)."""
-    values: list[str] = []
-    for key, value in settings.properties.items():
-        if is_secret_key(key):
-            values += secret_value_parts(value)
-        else:
-            values += secret_parts(value)
-    return values + _url_password(settings.properties.get("uri", ""))
-
-
-def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
-    """Every secret the configuration holds, longest first: the catalog's, the values of
-    secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
-    ``?password=``), ``wal.root``'s keys and each ``${VAR}`` value put under a secret key."""
-    values = [*secret_values(config.catalog), *config.secrets]
-    for key, value in config.spark.conf.items():
-        values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
-    if config.wal_root:
-        values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
-    if config.locks.uri:
-        values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
-    return ordered(values)
-
-
-def scrub(text: str, source: IcegateConfig | CatalogSettings) -> str:
-    """Mask every secret of the configuration (or of a catalog alone) in ``text``, whole
-    values only: errors from drivers, Spark and Iceberg may echo them."""
-    secrets = (
-        config_secrets(source) if isinstance(source, IcegateConfig) else secret_values(source)
-    )
-    return mask(redact(text), secrets)
 
 
 def catalog_kind(settings: CatalogSettings) -> str:

@@ -322,7 +322,7 @@ def _status(maintainer: Maintainer, names: list[str] | None, as_json: bool) -> i
     be read or assessed is reported on its own row (exit 1), the others as usual. Tables
     excluded from maintenance say so (not a failure), and so do tables that share their
     location without ``gc.enabled=false`` (a warning)."""
-    from icegate_dagster.catalog import scrub
+    from icegate_dagster.config.secrets import scrub
     from icegate_dagster.errors import describe_error
 
     def describe(exc: Exception) -> str:
@@ -566,7 +566,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
 
 def _scrubbed(text: str, args: argparse.Namespace) -> str:
     """``text`` without any secret of the command's configuration (when it loads)."""
-    from icegate_dagster.catalog import scrub
+    from icegate_dagster.config.secrets import scrub
 
     try:
         config = load_config(args.config) if args.command != "demo" else None

@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING
 from icegate_dagster.catalog import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
-    config_secrets,
     jdbc_driver_jars,
     s3_usage,
     spark_catalog_conf,
 )
 from icegate_dagster.config import IcegateConfig
-from icegate_dagster.config.secrets import holds_secret, is_secret_key, secret_parts
+from icegate_dagster.config.secrets import config_secrets, holds_secret, is_secret_key, secret_parts
 from icegate_dagster.errors import SparkStartError
 
 if TYPE_CHECKING:

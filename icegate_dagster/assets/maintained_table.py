@@ -27,7 +27,7 @@ from icegate_dagster.assets.partition_events import (
     source_of,
     table_record,
 )
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.maintenance import (
     OPERATIONS,
     Maintainer,

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from icegate_dagster.catalog import open_catalog, scrub
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, TableSettings
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import IcegateError, TableNotFoundError, describe_error
 from icegate_dagster.maintenance.discovery import (
     TableLocations,

@@ -11,8 +11,8 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
-from icegate_dagster.catalog import config_secrets
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import config_secrets
 from icegate_dagster.spark_session import (
     NANOS_AS_LONG,
     NO_SUBSTITUTION,

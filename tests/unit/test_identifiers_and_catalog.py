@@ -10,10 +10,10 @@ from icegate_dagster.catalog import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
     open_catalog,
-    redact_properties,
     spark_catalog_conf,
 )
 from icegate_dagster.config import config_from_dict
+from icegate_dagster.config.secrets import redact_properties
 from icegate_dagster.errors import CatalogUnavailableError, InvalidIdentifierError
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.spark_session import build_spark_conf
