@@ -577,7 +577,7 @@ def _scrubbed(text: str, args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``icegate-maintain``: run the command, then stop Spark if it started."""
-    from icegate_dagster.spark_session import stop_spark
+    from icegate_dagster.spark.session import stop_spark
 
     try:
         return run_cli(argv)

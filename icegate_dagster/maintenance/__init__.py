@@ -19,7 +19,7 @@ Its rooms, by concern:
   tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas),
   :mod:`.sql_store` (the shared database's engine, clock and upserts).
 
-May import ``config``, ``errors``, ``catalog`` and ``spark_session``; never Dagster,
+May import ``config``, ``errors``, ``catalog`` and ``spark`` (the engine); never Dagster,
 ``render`` or an entry point (``tests/unit/test_import_layers.py`` keeps it so).
 """
 

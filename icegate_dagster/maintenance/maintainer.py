@@ -72,7 +72,7 @@ def new_run_id() -> str:
 
 
 def _start_spark(config: IcegateConfig, *, small_work: bool = False) -> SparkSession:
-    from icegate_dagster.spark_session import get_spark  # imports pyspark: only when needed
+    from icegate_dagster.spark.session import get_spark
 
     return get_spark(config, small_work=small_work)
 
@@ -415,7 +415,7 @@ class Maintainer:
         refs = list(refs)
         done: dict[int, TableResult] = {}
         if not dry_run and self._starts_spark and self._spark is None:
-            from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
+            from icegate_dagster.spark.jvm_options import QUICK_JIT_MAX_BYTES
 
             outlook = self.outlook(refs, operations)
             self.small_work = outlook.rewrites_at_most(QUICK_JIT_MAX_BYTES)
@@ -497,10 +497,10 @@ class Maintainer:
         max_tables: int = SMALL_PASS_TABLES,
     ) -> bool:
         """Whether a pass over ``refs`` rewrites at most ``max_bytes`` (default
-        ``spark_session.QUICK_JIT_MAX_BYTES``) of data files, as :meth:`outlook` bounds
+        ``spark.jvm_options.QUICK_JIT_MAX_BYTES``) of data files, as :meth:`outlook` bounds
         them: a Spark session it starts uses the quicker JIT
-        (``spark_session.local_jit_options``)."""
-        from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
+        (``spark.jvm_options.local_jit_options``)."""
+        from icegate_dagster.spark.jvm_options import QUICK_JIT_MAX_BYTES
 
         limit = QUICK_JIT_MAX_BYTES if max_bytes is None else max_bytes
         return self.outlook(refs, operations, max_tables=max_tables).rewrites_at_most(limit)

@@ -21,7 +21,7 @@ from icegate_dagster.maintenance.orphans.candidates import (
     read_candidates,
     rewrite_rows,
 )
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
 TABLE = "lakehouse.logs"

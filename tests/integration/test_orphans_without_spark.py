@@ -23,7 +23,7 @@ from icegate_dagster.cli import run_cli
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.orphans import listing
 from icegate_dagster.maintenance.orphans.listing import iceberg_orphans
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory, batch
 
 MONTH = timedelta(days=30)
