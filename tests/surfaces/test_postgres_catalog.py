@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icegate_dagster.catalog import open_catalog
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.health.checks import evaluate_health
