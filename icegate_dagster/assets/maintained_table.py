@@ -37,9 +37,9 @@ from icegate_dagster.maintenance import (
     TableStats,
 )
 from icegate_dagster.maintenance.health.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
-from icegate_dagster.maintenance.maintainer import pass_record
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
+from icegate_dagster.maintenance.pass_memory import pass_record
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
