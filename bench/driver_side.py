@@ -32,7 +32,7 @@ from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import config_from_dict
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.iceberg_java import java_table, one_cluster
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 
 SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 FAR = "TIMESTAMP '2999-01-01 00:00:00+00:00'"

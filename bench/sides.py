@@ -50,7 +50,7 @@ def _emit(figures: dict[str, Any]) -> None:
 def seed_full_pass(config_path: str, *keys: str) -> None:
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
-    from icegate_dagster.spark_session import get_spark, stop_spark
+    from icegate_dagster.spark.session import get_spark, stop_spark
 
     config = load_config(config_path)
     catalog = config.catalog.name
@@ -76,7 +76,7 @@ def seed_full_pass(config_path: str, *keys: str) -> None:
 def spark_append(config_path: str, key: str, count: str) -> None:
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
-    from icegate_dagster.spark_session import get_spark, stop_spark
+    from icegate_dagster.spark.session import get_spark, stop_spark
 
     config = load_config(config_path)
     spark = get_spark(config)
@@ -97,7 +97,7 @@ def spark_append(config_path: str, key: str, count: str) -> None:
 def build_big(config_path: str, key: str, gigabytes: str, files: str) -> None:
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
-    from icegate_dagster.spark_session import get_spark, stop_spark
+    from icegate_dagster.spark.session import get_spark, stop_spark
 
     config = load_config(config_path)
     spark = get_spark(config)
@@ -227,7 +227,7 @@ def health_sensor(config_path: str, keys_file: str) -> None:
 def query(config_path: str, files: str, count: str) -> None:
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import Maintainer, TableRef
-    from icegate_dagster.spark_session import get_spark, stop_spark
+    from icegate_dagster.spark.session import get_spark, stop_spark
 
     config = load_config(config_path)
     spark = get_spark(config)

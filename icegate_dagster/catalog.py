@@ -1,103 +1,23 @@
-"""One catalog, two engines: the pyiceberg catalog and the matching Spark catalog settings.
+"""The pyiceberg catalog of the ``catalog:`` block: what kind it is, and opening it.
 
-Both come from the single ``catalog:`` block. pyiceberg gets the properties as
-they are; Spark gets the Iceberg ``SparkCatalog`` with the same name (the name
-is stored in the catalog database, so both sides must agree) and the JDBC URL
-derived from the SQLAlchemy URI.
+pyiceberg gets the block's properties as they are. Spark's settings for the same catalog
+are built from the same block in :mod:`icegate_dagster.spark.catalog_conf`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from icegate_dagster.config import CatalogSettings, IcegateConfig
-from icegate_dagster.config.secrets import (
-    MASK,
-    is_flag,
-    is_secret_key,
-    mask,
-    ordered,
-    redact,
-    secret_parts,
-    secret_value_parts,
-    storage_uri_secrets,
-)
+from icegate_dagster.config import CatalogSettings
+from icegate_dagster.config.secrets import redact_uri, scrub
 from icegate_dagster.errors import CatalogUnavailableError, ConfigError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-#: pyiceberg-only properties that mean nothing to Iceberg's Java catalogs.
-_PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables", "py-io-impl"}
-#: Locations Iceberg's Java side reads through an S3 file system.
-_S3_SCHEMES = ("s3://", "s3a://", "s3n://")
-SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
-POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with its secrets masked: the password of ``user:password@`` and the value
-    of every secret query parameter (``?password=``, ``&token=``, ``X-Amz-Signature=``)."""
-    return mask(redact(uri), _url_password(uri))
-
-
-def _url_password(uri: str) -> list[str]:
-    """The password SQLAlchemy reads from a URI (it may hold characters the plain pattern
-    of :func:`redact` stops at)."""
-    try:
-        password = make_url(uri).password if "://" in uri else None
-    except (ArgumentError, ValueError):
-        return []
-    return [str(password)] if password else []
-
-
-def redact_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """Catalog properties safe to print: secret values become ``***``, the secret parts of
-    the others (a URI's password, ``?password=``) too."""
-    return {
-        key: MASK if is_secret_key(key) and not is_flag(value) else redact_uri(value)
-        for key, value in props.items()
-    }
-
-
-def secret_values(settings: CatalogSettings) -> list[str]:
-    """Every secret the catalog settings hold (for scrubbing engine messages): values of
-    secret keys, and the secret parts of the others (``uri``'s password, ``?password=``)."""
-    values: list[str] = []
-    for key, value in settings.properties.items():
-        if is_secret_key(key):
-            values += secret_value_parts(value)
-        else:
-            values += secret_parts(value)
-    return values + _url_password(settings.properties.get("uri", ""))
-
-
-def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
-    """Every secret the configuration holds, longest first: the catalog's, the values of
-    secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
-    ``?password=``), ``wal.root``'s keys and each ``${VAR}`` value put under a secret key."""
-    values = [*secret_values(config.catalog), *config.secrets]
-    for key, value in config.spark.conf.items():
-        values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
-    if config.wal_root:
-        values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
-    if config.locks.uri:
-        values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
-    return ordered(values)
-
-
-def scrub(text: str, source: IcegateConfig | CatalogSettings) -> str:
-    """Mask every secret of the configuration (or of a catalog alone) in ``text``, whole
-    values only: errors from drivers, Spark and Iceberg may echo them."""
-    secrets = (
-        config_secrets(source) if isinstance(source, IcegateConfig) else secret_values(source)
-    )
-    return mask(redact(text), secrets)
 
 
 def catalog_kind(settings: CatalogSettings) -> str:
@@ -111,22 +31,6 @@ def catalog_kind(settings: CatalogSettings) -> str:
     if declared:
         return declared
     return "rest" if uri.startswith("http") else "unknown"
-
-
-def s3_usage(settings: CatalogSettings) -> str | None:
-    """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
-    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
-    props = settings.properties
-    warehouse = props.get("warehouse", "")
-    if warehouse.lower().startswith(_S3_SCHEMES):
-        return f"its warehouse is {warehouse}"
-    io_impl = props.get("io-impl", "")
-    if io_impl.endswith("S3FileIO"):
-        return f"its io-impl is {io_impl}"
-    s3_keys = sorted(key for key in props if key.startswith("s3."))
-    if s3_keys:
-        return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"
-    return None
 
 
 def sqlite_path(settings: CatalogSettings) -> Path:
@@ -171,63 +75,3 @@ def open_catalog(settings: CatalogSettings) -> Catalog:
             f"cannot be opened: {detail}"
         ) from None
     return catalog
-
-
-def spark_catalog_conf(settings: CatalogSettings) -> dict[str, str]:
-    """Spark settings that register the same catalog under the same name."""
-    prefix = f"spark.sql.catalog.{settings.name}"
-    conf = {
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        # Other writers (pyiceberg, ingest) commit between our steps: always read fresh metadata.
-        f"{prefix}.cache-enabled": "false",
-    }
-    kind = catalog_kind(settings)
-    if kind == "sqlite":
-        conf[f"{prefix}.type"] = "jdbc"
-        conf[f"{prefix}.uri"] = f"jdbc:sqlite:{sqlite_path(settings)}"
-        # Without this Spark keeps a SQLite read lock until the JVM exits.
-        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
-    elif kind == "postgresql":
-        url = make_url(settings.properties["uri"])
-        port = f":{url.port}" if url.port else ""
-        query = "&".join(f"{k}={v}" for k, v in url.query.items() if isinstance(v, str))
-        conf[f"{prefix}.type"] = "jdbc"
-        conf[f"{prefix}.uri"] = (
-            f"jdbc:postgresql://{url.host or 'localhost'}{port}/{url.database or ''}"
-            + (f"?{query}" if query else "")
-        )
-        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
-        if url.username:
-            conf[f"{prefix}.jdbc.user"] = url.username
-        if url.password:
-            conf[f"{prefix}.jdbc.password"] = str(url.password)
-    else:
-        conf[f"{prefix}.type"] = kind
-        if "uri" in settings.properties:
-            conf[f"{prefix}.uri"] = settings.properties["uri"]
-    for key, value in settings.properties.items():
-        if key not in _PYICEBERG_ONLY:
-            conf[f"{prefix}.{key}"] = value
-    # pyiceberg's s3.region is client.region to Iceberg's Java S3FileIO (AWS bundle).
-    if "s3.region" in settings.properties and "client.region" not in settings.properties:
-        conf[f"{prefix}.client.region"] = settings.properties["s3.region"]
-    return conf
-
-
-def jdbc_driver_jars(settings: CatalogSettings) -> list[Path]:
-    """The JDBC driver jar Spark needs for this catalog; a clear error when it is missing."""
-    needed = {"sqlite": SQLITE_JDBC_JAR, "postgresql": POSTGRES_JDBC_JAR}.get(
-        catalog_kind(settings)
-    )
-    if needed is None:
-        return []
-    if not needed.is_file():
-        package = {
-            SQLITE_JDBC_JAR: "libxerial-sqlite-jdbc-java",
-            POSTGRES_JDBC_JAR: "libpostgresql-jdbc-java",
-        }[needed]
-        raise CatalogUnavailableError(
-            f"catalog {settings.name!r}: Spark needs the JDBC driver {needed}, which is missing; "
-            f"install Debian's {package} (scripts/setup.sh does)"
-        )
-    return [needed]

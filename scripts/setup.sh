@@ -48,5 +48,5 @@ fi
 # Dagster run) then starts its Spark session in about half the time. Without it, as before.
 if [ ! -f .venv/share/icegate/spark-driver-classes.jsa ]; then
   echo "setup: archiving Spark's classes for faster starts (a minute, once)"
-  .venv/bin/python -m icegate_dagster.spark_classes || true
+  .venv/bin/python -m icegate_dagster.spark.class_archive || true
 fi

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from icegate_dagster.spark_session import stop_spark
+from icegate_dagster.spark.session import stop_spark
 from tests.lakehouse import Lakehouse, make_lakehouse
 
 

@@ -24,7 +24,7 @@ from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, load_config
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 
 _catalog_names = itertools.count(1)
 

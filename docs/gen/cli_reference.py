@@ -1,7 +1,8 @@
 """The CLI reference: every ``icegate-maintain`` command and option, read from its parser.
 
-The parser is the one the command runs with (:func:`icegate_dagster.cli.build_parser`), so
-the reference says what ``--help`` says, laid out as pages.
+The parser is the one the command runs with
+(:func:`icegate_dagster.cli.parser.build_parser`), so the reference says what ``--help``
+says, laid out as pages.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 from collections.abc import Iterator
 
 from docs.gen.markdown import table
-from icegate_dagster.cli import build_parser
+from icegate_dagster.cli.parser import build_parser
 
 
 def subcommands(

@@ -27,7 +27,7 @@ from icegate_dagster.assets.partition_events import (
     source_of,
     table_record,
 )
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.maintenance import (
     OPERATIONS,
     Maintainer,
@@ -37,9 +37,9 @@ from icegate_dagster.maintenance import (
     TableStats,
 )
 from icegate_dagster.maintenance.health.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
-from icegate_dagster.maintenance.maintainer import pass_record
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
+from icegate_dagster.maintenance.pass_memory import pass_record
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from icegate_dagster import render
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.exclusion import NOT_EXCLUDED, Exclusion

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.discovery import (

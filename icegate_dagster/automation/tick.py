@@ -21,8 +21,8 @@ import dagster as dg
 
 from icegate_dagster.automation.healing import fail_dead_runs
 from icegate_dagster.automation.runs import run_targets, unfinished_runs
-from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.leases.store import TableLocks

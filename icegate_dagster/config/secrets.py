@@ -7,15 +7,22 @@ parts of a URI or of a ``key=value`` list (``user:password@``, ``?password=``,
 ``&token=``, ``-Dfs.s3a.secret.key=``). ``catalog.name: ${CATALOG_NAME}`` is a name.
 
 Masking replaces whole values only: a secret ``gate`` is masked in ``gate.`` or ``=gate``
-but leaves ``icegate`` alone.
+but leaves ``icegate`` alone. :func:`config_secrets` gathers every secret of a loaded
+configuration, and :func:`scrub` masks them in an engine's message; :func:`redact_uri` and
+:func:`redact_properties` make a URI or the catalog's properties safe to print.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from urllib.parse import quote, unquote
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from icegate_dagster.config.models import CatalogSettings, IcegateConfig
 
 MASK = "***"
 
@@ -140,3 +147,61 @@ def _whole(secret: str) -> str:
     before = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
     after = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
     return before + re.escape(secret) + after
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with its secrets masked: the password of ``user:password@`` and the value
+    of every secret query parameter (``?password=``, ``&token=``, ``X-Amz-Signature=``)."""
+    return mask(redact(uri), _url_password(uri))
+
+
+def _url_password(uri: str) -> list[str]:
+    """The password SQLAlchemy reads from a URI (it may hold characters the plain pattern
+    of :func:`redact` stops at)."""
+    try:
+        password = make_url(uri).password if "://" in uri else None
+    except (ArgumentError, ValueError):
+        return []
+    return [str(password)] if password else []
+
+
+def redact_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Catalog properties safe to print: secret values become ``***``, the secret parts of
+    the others (a URI's password, ``?password=``) too."""
+    return {
+        key: MASK if is_secret_key(key) and not is_flag(value) else redact_uri(value)
+        for key, value in props.items()
+    }
+
+
+def secret_values(settings: CatalogSettings) -> list[str]:
+    """Every secret the catalog settings hold (for scrubbing engine messages): values of
+    secret keys, and the secret parts of the others (``uri``'s password, ``?password=``)."""
+    values: list[str] = []
+    for key, value in settings.properties.items():
+        if is_secret_key(key):
+            values += secret_value_parts(value)
+        else:
+            values += secret_parts(value)
+    return values + _url_password(settings.properties.get("uri", ""))
+
+
+def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
+    """Every secret the configuration holds, longest first: the catalog's, the values of
+    secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
+    ``?password=``), ``wal.root``'s keys and each ``${VAR}`` value put under a secret key."""
+    values = [*secret_values(config.catalog), *config.secrets]
+    for key, value in config.spark.conf.items():
+        values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
+    if config.wal_root:
+        values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
+    if config.locks.uri:
+        values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
+    return ordered(values)
+
+
+def scrub(text: str, source: IcegateConfig | CatalogSettings) -> str:
+    """Mask every secret of the configuration (or of a catalog alone) in ``text``, whole
+    values only: errors from drivers, Spark and Iceberg may echo them."""
+    secrets = config_secrets(source) if isinstance(source, IcegateConfig) else secret_values(source)
+    return mask(redact(text), secrets)

@@ -2,7 +2,12 @@
 
 Its rooms, by concern:
 
-- :mod:`.maintainer`: the pass (tables, leases, operations, log rows), one implementation;
+- :mod:`.maintainer`: the pass (tables, leases, operations, log rows), one implementation,
+  beside what it is made of: :mod:`.tables` (a catalog's tables read from metadata, no
+  JVM), :mod:`.outlook` (what a pass will ask of Spark, known before its JVM starts),
+  :mod:`.spark_start` (the pass's Spark session, started ahead with the JIT it suits),
+  :mod:`.live_rows` (rows a reader sees, counted by Spark), :mod:`.pass_memory` (the
+  maintainer's side of the trigger's memory);
 - :mod:`.ops`: the operations and their registry;
 - :mod:`.health`: figures, score, due operations, the checks;
 - :mod:`.trigger`: the trigger's memory of every table and its rules for what runs next;
@@ -19,7 +24,7 @@ Its rooms, by concern:
   tables' creation and commit retries), :mod:`.migrate` (IceGate's schemas),
   :mod:`.sql_store` (the shared database's engine, clock and upserts).
 
-May import ``config``, ``errors``, ``catalog`` and ``spark_session``; never Dagster,
+May import ``config``, ``errors``, ``catalog`` and ``spark`` (the engine); never Dagster,
 ``render`` or an entry point (``tests/unit/test_import_layers.py`` keeps it so).
 """
 

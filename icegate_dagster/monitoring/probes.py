@@ -26,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.catalog import catalog_kind, open_catalog, scrub
+from icegate_dagster.catalog import catalog_kind, open_catalog
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.monitoring.snapshot import (

@@ -37,8 +37,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.wal.files import compaction_due
 from icegate_dagster.monitoring.metrics import ExporterState, render, render_live

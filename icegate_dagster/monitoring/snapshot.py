@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.automation.look import LookCache, list_tables, look_at_lakehouse
-from icegate_dagster.catalog import scrub
 from icegate_dagster.config import HealthCheckSettings, IcegateConfig
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.leases.holder import lease_store

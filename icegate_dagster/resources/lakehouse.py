@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import PrivateAttr
 
-from icegate_dagster.catalog import open_catalog, scrub
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, load_config, resolve_config_path
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.leases.holder import lease_store

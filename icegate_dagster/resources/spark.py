@@ -11,17 +11,15 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
-from icegate_dagster.catalog import config_secrets
 from icegate_dagster.config import IcegateConfig
-from icegate_dagster.spark_session import (
-    NANOS_AS_LONG,
-    NO_SUBSTITUTION,
+from icegate_dagster.config.secrets import config_secrets
+from icegate_dagster.spark.conf import NANOS_AS_LONG, NO_SUBSTITUTION, build_spark_conf
+from icegate_dagster.spark.secret_settings import (
     apply_runtime_conf,
-    build_spark_conf,
     private_launch_settings,
-    quiet_logs,
     split_secret_conf,
 )
+from icegate_dagster.spark.session import quiet_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +45,7 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         with _STARTING:  # one start at a time: a background start and a step's call
             # Read under the lock: a background start may be choosing the JIT right now.
             conf = {**build_spark_conf(config, small_work=self._small_work), **self.spark_conf}
-            # Secrets stay off spark-submit's command line (see spark_session.SplitConf).
+            # Secrets stay off spark-submit's command line (see spark.secret_settings.SplitConf).
             split = split_secret_conf(conf, config_secrets(config))
             if self._lazy is None or self._lazy.spark_config != split.public:
                 self._lazy = LazyPySparkResource(spark_config=split.public)
@@ -55,8 +53,8 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 session: SparkSession = self._lazy.spark_session
             apply_runtime_conf(session, split.runtime)
             quiet_logs(session)
-            session.conf.set(NO_SUBSTITUTION, "false")  # see spark_session.NO_SUBSTITUTION
-            session.conf.set(NANOS_AS_LONG, "true")  # see spark_session.NANOS_AS_LONG
+            session.conf.set(NO_SUBSTITUTION, "false")  # see spark.conf.NO_SUBSTITUTION
+            session.conf.set(NANOS_AS_LONG, "true")  # see spark.conf.NANOS_AS_LONG
         return session
 
     def start_in_background(
@@ -66,7 +64,7 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         knows it has Spark work (a sensor's batch run: every table it lists is due); the
         first step that needs the session waits for it. ``small_work``, asked in that
         thread before the JVM starts, says whether the run's rewrites are small (a local
-        driver then uses the quicker JIT: ``spark_session.local_jit_options``). A start
+        driver then uses the quicker JIT: ``spark.jvm_options.local_jit_options``). A start
         that fails is left for that step to report."""
 
         def start() -> None:

@@ -17,7 +17,7 @@ from icegate_dagster.assets.maintained_table import (
 )
 from icegate_dagster.automation.runs import BatchEntry, batch_run_config
 from icegate_dagster.batches import build_batch_job
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.ops import OpContext, Operation
 from icegate_dagster.maintenance.results import Outcome

@@ -26,7 +26,7 @@ from icegate_dagster.assets.partition_events import (
 )
 from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
 from icegate_dagster.automation.runs import CLI_PASS_JOB
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource

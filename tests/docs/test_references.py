@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, create_model
 
 from docs.gen import cli_reference, config_reference, dagster_reference, hooks
 from icegate_dagster.assets.partition_events import PARTITION_METADATA
-from icegate_dagster.cli import build_parser
+from icegate_dagster.cli.parser import build_parser
 from icegate_dagster.config import IcegateConfig, config_from_dict
 from icegate_dagster.config import models as config_models
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory, batch, make_lakehouse
 
 HEALTHY = "lakehouse.healthy"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from tests.lakehouse import LakehouseFactory
 
 

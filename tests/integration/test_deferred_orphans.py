@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.ops.deferred_orphans import CollectOrphans, DeleteCollectedOrphans
 from icegate_dagster.maintenance.orphans.candidates import (
@@ -21,7 +21,7 @@ from icegate_dagster.maintenance.orphans.candidates import (
     read_candidates,
     rewrite_rows,
 )
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
 TABLE = "lakehouse.logs"

@@ -14,7 +14,7 @@ from typing import Any
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.health.checks import CheckOutcome, evaluate_health
 from icegate_dagster.maintenance.wal import WalStats
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

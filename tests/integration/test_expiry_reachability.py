@@ -29,7 +29,7 @@ from sqlalchemy import update
 
 from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory, batch
 

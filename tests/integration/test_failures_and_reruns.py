@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import Maintainer
 from tests.lakehouse import LakehouseFactory
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableResult
-from icegate_dagster.spark_session import CLASSES_ARCHIVE, get_spark
+from icegate_dagster.spark.jvm_options import CLASSES_ARCHIVE
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, make_lakehouse
 
 RETAIN_LAST = 2

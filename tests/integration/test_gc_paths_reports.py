@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from tests.lakehouse import LakehouseFactory, batch
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, literal_column, update
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.leases.store import LockHolder, TableLocks
 from tests.lakehouse import Lakehouse, LakehouseFactory

@@ -14,7 +14,7 @@ from icegate_dagster.maintenance.log.upkeep import (
     LOG_TABLE_SNAPSHOTS,
 )
 from icegate_dagster.maintenance.log.writer import ensure_log_table, log_size
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import LakehouseFactory
 
 RUNS = 60  # three compaction groups and expiries: bounded across cycles

@@ -22,7 +22,7 @@ from icegate_dagster.maintenance.migrate import (
     migrate,
     migrate_table,
 )
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 NS = "lakehouse"

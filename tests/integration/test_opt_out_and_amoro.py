@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

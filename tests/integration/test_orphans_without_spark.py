@@ -19,11 +19,11 @@ import pytest
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import IdentityTransform
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.orphans import listing
 from icegate_dagster.maintenance.orphans.listing import iceberg_orphans
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory, batch
 
 MONTH = timedelta(days=30)

@@ -9,7 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.spark_session import NANOS_AS_LONG, build_spark_conf, get_spark
+from icegate_dagster.spark.conf import NANOS_AS_LONG, build_spark_conf
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 TABLES = [f"lakehouse.feed{i}" for i in range(4)]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from tests.lakehouse import SCHEMA, SPEC, LakehouseFactory
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.health.score import assess_table
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.integration.test_delete_files import KEY, duckdb_rows, merge_on_read_table, statuses
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

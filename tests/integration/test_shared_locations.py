@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from icegate_dagster.assets.partition_events import table_record
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.sharing import table_references
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory, batch
 

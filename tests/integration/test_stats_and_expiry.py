@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pyiceberg.types import StringType
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef, iceberg_java
 from icegate_dagster.maintenance.ops.compute_table_stats import NDV_BLOB

@@ -31,7 +31,7 @@ from icegate_dagster.maintenance import maintainer as maintainer_module
 from icegate_dagster.maintenance.discovery import TableLocations
 from icegate_dagster.maintenance.ops import OpContext
 from icegate_dagster.maintenance.ops.expire_snapshots import ExpireSnapshots
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 ZONE = "spark.sql.session.timeZone"

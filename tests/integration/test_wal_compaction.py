@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import CHECKPOINTS, FILES_PROPERTY
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory

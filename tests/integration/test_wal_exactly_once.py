@@ -20,7 +20,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.identifiers import quote_identifier
 from icegate_dagster.maintenance.leases.holder import TableLeasing
 from icegate_dagster.maintenance.wal import FILES_PROPERTY, compaction
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory
 

@@ -137,7 +137,7 @@ def test_cli_passes_and_the_health_sensors_records_on_the_deploy_instance(
     evaluations each judge that pass's materialization; then the health sensor's ticks,
     stored as the daemon stores them, record a table's change of health once."""
     from icegate_dagster.automation.runs import CLI_PASS_JOB
-    from icegate_dagster.cli import run_cli
+    from icegate_dagster.cli.dispatch import run_cli
     from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
     from tests.dagster.conftest import health_tick

@@ -31,7 +31,7 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from tests.lakehouse import Lakehouse, batch, make_lakehouse
 from tests.servers import ServerProcess, free_port, process_tree, wait_until
 from tests.surfaces.prometheus_server import (

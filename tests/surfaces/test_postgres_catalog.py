@@ -26,14 +26,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from icegate_dagster.catalog import open_catalog
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.health.checks import evaluate_health
 from icegate_dagster.maintenance.leases.store import LEASE_TABLE
 from icegate_dagster.maintenance.orphans.candidates import candidates_table, read_candidates
 from icegate_dagster.maintenance.wal import WalStats
-from icegate_dagster.spark_session import get_spark
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, batch
 from tests.surfaces.postgres_server import (
     PostgresServer,

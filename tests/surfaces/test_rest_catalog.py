@@ -53,7 +53,8 @@ from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
 from icegate_dagster.maintenance.orphans.listing import iceberg_orphans, orphan_candidates
 from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
-from icegate_dagster.spark_session import build_spark_conf, iceberg_runtime_jar
+from icegate_dagster.spark.conf import build_spark_conf
+from icegate_dagster.spark.jars import iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch
 from tests.lease_holder import beating_in_another_process, held_by_another_process
 from tests.surfaces.seaweedfs_server import REGION, SeaweedServer, seaweedfs_fixture  # noqa: F401

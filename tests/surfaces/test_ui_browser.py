@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import discovery_tick, health_tick, run_maintenance

@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.table import Table
 
 from icegate_dagster.assets.partition_events import table_record
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import config_from_dict
 from icegate_dagster.errors import ConfigError
 from icegate_dagster.maintenance import Maintainer, TableRef

@@ -6,17 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from icegate_dagster.catalog import (
-    POSTGRES_JDBC_JAR,
-    SQLITE_JDBC_JAR,
-    open_catalog,
-    redact_properties,
-    spark_catalog_conf,
-)
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import config_from_dict
+from icegate_dagster.config.secrets import redact_properties
 from icegate_dagster.errors import CatalogUnavailableError, InvalidIdentifierError
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.spark_session import build_spark_conf
+from icegate_dagster.spark.catalog_conf import spark_catalog_conf
+from icegate_dagster.spark.conf import build_spark_conf
+from icegate_dagster.spark.jars import POSTGRES_JDBC_JAR, SQLITE_JDBC_JAR
 
 
 def test_hostile_names_are_quoted_never_sql() -> None:

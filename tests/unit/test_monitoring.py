@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import HealthCheckSettings
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import DueOperation

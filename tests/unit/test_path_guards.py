@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icegate_dagster.cli import run_cli
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer, TableRef

@@ -4,7 +4,7 @@ and WAL folders (pyiceberg tables, no JVM: the choice is made before Spark start
 from __future__ import annotations
 
 from icegate_dagster.maintenance import Maintainer, TableRef
-from icegate_dagster.spark_session import QUICK_JIT_MAX_BYTES
+from icegate_dagster.spark.jvm_options import QUICK_JIT_MAX_BYTES
 from tests.lakehouse import LakehouseFactory, batch
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from icegate_dagster.catalog import config_secrets, redact_uri, scrub
 from icegate_dagster.config import config_from_dict
-from icegate_dagster.config.secrets import is_secret_key
+from icegate_dagster.config.secrets import config_secrets, is_secret_key, redact_uri, scrub
 from icegate_dagster.errors import SparkStartError
-from icegate_dagster.spark_session import _properties_line, build_spark_conf, split_secret_conf
+from icegate_dagster.spark.conf import build_spark_conf
+from icegate_dagster.spark.secret_settings import _properties_line, split_secret_conf
 
 
 def test_config_remembers_values_from_the_environment_under_secret_keys(

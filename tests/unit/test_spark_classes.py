@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from icegate_dagster.config import load_config
-from icegate_dagster.spark_session import (
+from icegate_dagster.spark.conf import build_spark_conf
+from icegate_dagster.spark.jvm_options import (
     CLASSES_ARCHIVE,
     QUICK_JIT,
     SERIAL_GC,
-    build_spark_conf,
     class_sharing_options,
     jvm_bytes,
     local_gc_options,

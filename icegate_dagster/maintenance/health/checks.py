@@ -44,7 +44,7 @@ def _rows_preserved(result: TableResult) -> CheckOutcome:
     """Live rows (what a reader sees) may change only by what the pass itself added (WAL)
     or removed (TTL): applying delete files changes the records in data files, not these.
     Live rows are exact from metadata without delete files; with them, Spark counted them
-    at the snapshots before and after (see ``Maintainer.count_live_rows``)."""
+    at the snapshots before and after (see ``live_rows.LiveRows.count``)."""
     before, after = result.before, result.after
     added = sum(int(op.output.get("rows_added", 0)) for op in result.ops)
     removed = sum(int(op.output.get("rows_deleted", 0)) for op in result.ops)

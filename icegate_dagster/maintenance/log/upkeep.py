@@ -3,20 +3,23 @@
 Its rows older than ``maintain.history.log`` are deleted (the ``retention`` operation on
 ``executed_at``, an absolute instant), and its small files, snapshots and manifests are
 compacted, expired and rewritten once they pass bounds, all planned from metadata (most
-passes start no Spark job for it). Its outcomes are returned, not logged into itself.
+passes start no Spark job for it): :func:`maintain_log_table`, after every pass. Its
+outcomes are returned, not logged into itself.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
 from icegate_dagster.config import RetentionSettings, TableSettings
+from icegate_dagster.errors import TableNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from icegate_dagster.maintenance.results import TableStats
+    from icegate_dagster.maintenance.identifiers import TableRef
+    from icegate_dagster.maintenance.results import OpResult, TableStats
 
 #: The log table keeps this many snapshots; it is expired once it has twice as many.
 LOG_TABLE_SNAPSHOTS = 20
@@ -92,3 +95,37 @@ def due_operations(stats: TableStats, history_due: bool = False) -> list[str]:
         due.append("expire_snapshots")
     due.append("remove_orphan_files")
     return due
+
+
+class LogTableMaintainer(Protocol):
+    """What the upkeep asks of a maintainer (a
+    :class:`~icegate_dagster.maintenance.maintainer.Maintainer` is one)."""
+
+    @property
+    def log_table(self) -> TableRef: ...
+
+    def load(self, ref: TableRef) -> Table: ...
+
+    def stats(self, ref: TableRef, table: Table | None = None) -> TableStats: ...
+
+    def settings(self, ref: TableRef) -> TableSettings: ...
+
+    def run_op(self, ref: TableRef, operation: str) -> OpResult: ...
+
+
+def maintain_log_table(maintainer: LogTableMaintainer) -> list[OpResult]:
+    """Keep the log table from rotting: run the operations it is due for
+    (:func:`due_operations`); an absent log table needs nothing."""
+    ref = maintainer.log_table
+    try:
+        table = maintainer.load(ref)
+        stats = maintainer.stats(ref, table)
+    except TableNotFoundError:
+        return []
+    rule = maintainer.settings(ref).retention
+    try:
+        history_due = rows_past_history(table, rule, datetime.now(UTC)) is not None
+    except Exception:  # unreadable bounds: the retention operation finds out itself
+        history_due = rule is not None
+    due = due_operations(stats, history_due)
+    return [maintainer.run_op(ref, operation) for operation in due]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.catalog import scrub
 from icegate_dagster.config import IcegateConfig
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier, sql_string
 from icegate_dagster.maintenance.pyiceberg_writes import commit_attempts, create_table_once

@@ -23,7 +23,7 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import OperationError, describe_error
 from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan, perform

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.catalog import scrub
 from icegate_dagster.config import format_bytes, format_duration
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.discovery import normalize_location
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan

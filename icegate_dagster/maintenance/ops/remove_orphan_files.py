@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.maintenance.ops.base import (
     OpContext,
     Operation,

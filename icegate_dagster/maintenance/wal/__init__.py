@@ -12,7 +12,7 @@ The modules, by concern:
 - :mod:`.checkpoints`: the step boundaries where crash tests strike;
 - :mod:`.compaction`: one run, from the lock to the deletes.
 
-May import: ``config``, ``errors``, ``spark_session``, :mod:`..identifiers`,
+May import: ``config``, ``errors``, ``spark``, :mod:`..identifiers`,
 :mod:`..results`, :mod:`..iceberg_java`, :mod:`..leases`. Never :mod:`..ops`, Dagster or
 presentation.
 """

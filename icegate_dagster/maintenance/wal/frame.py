@@ -107,11 +107,11 @@ def batch_frame(spark: SparkSession, identifier: str, good: list[GoodFile]) -> D
 def require_nanos_as_long(spark: SparkSession, needed: bool) -> None:
     """Spark 3.5 reads nanosecond Parquet timestamps only as longs, behind a legacy flag.
 
-    The session sets it once (``spark_session.NANOS_AS_LONG``); it is only read here,
+    The session sets it once (``spark.conf.NANOS_AS_LONG``); it is only read here,
     never switched: tables share the session from several threads. Without it the files
     would look unreadable and be quarantined, so the op fails instead and they stay.
     """
-    from icegate_dagster.spark_session import NANOS_AS_LONG
+    from icegate_dagster.spark.conf import NANOS_AS_LONG
 
     if needed and str(spark.conf.get(NANOS_AS_LONG, "false")).lower() != "true":
         raise OperationError(

@@ -4,8 +4,8 @@ its Spark session in about half the time.
 Every CLI call and Dagster run is a fresh process with a cold JVM, which loads and verifies
 thousands of Spark classes before the first query. The JVM can map them instead from an
 archive made once (JDK class-data sharing, ``-XX:SharedArchiveFile``; see
-:func:`~icegate_dagster.spark_session.class_sharing_options`). ``scripts/setup.sh``
-makes it (``python -m icegate_dagster.spark_classes``) by running a small Iceberg workload
+:func:`~icegate_dagster.spark.jvm_options.class_sharing_options`). ``scripts/setup.sh``
+makes it (``python -m icegate_dagster.spark.class_archive``) by running a small Iceberg workload
 in a JVM started with ``-XX:ArchiveClassesAtExit``; a session started afterwards uses it
 when it exists. A JVM that cannot use it (another JDK, another class path) starts as it
 would without it: ``-Xshare:auto``.
@@ -23,9 +23,10 @@ from pathlib import Path
 
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import load_config
-from icegate_dagster.spark_session import CLASSES_ARCHIVE, QUIET_CLASS_SHARING, get_spark
+from icegate_dagster.spark.jvm_options import CLASSES_ARCHIVE, QUIET_CLASS_SHARING
+from icegate_dagster.spark.session import get_spark
 
-_MODULE = "icegate_dagster.spark_classes"
+_MODULE = "icegate_dagster.spark.class_archive"
 #: Marks the line on which the workload names its JVM.
 _PID_MARK = "spark-driver-pid:"
 
@@ -110,7 +111,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m icegate_dagster.spark_classes``: make the archive (setup runs this)."""
+    """``python -m icegate_dagster.spark.class_archive``: make the archive (setup runs this)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--workload"]:
         _workload(Path(args[1]), Path(args[2]))

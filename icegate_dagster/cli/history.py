@@ -27,7 +27,7 @@ from icegate_dagster.assets.partition_events import (
     table_record,
 )
 from icegate_dagster.automation.runs import CLI_PASS_JOB, TABLES_TAG
-from icegate_dagster.catalog import scrub
+from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import ConfigError, IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.leases.holder import lease_store

@@ -1,14 +1,16 @@
-"""The demo lakehouse: small files, many snapshots, an orphan and a WAL backlog.
+"""``demo``: the demo lakehouse (small files, many snapshots, an orphan and a WAL backlog)
+built and maintained.
 
 ``build_demo_lakehouse`` makes the embedded lakehouse in ``./.icegate`` look
 like a busy one left unmaintained: observability tables fed by many small
 appends, an ordinary table, a back-dated orphan from a failed write, a fresh
 unreferenced file that must survive, and an ingest simulator's WAL files
-waiting for ``logs`` and ``spans``.
+waiting for ``logs`` and ``spans``; :func:`run_demo` then runs a full pass over it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import shutil
@@ -18,8 +20,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.cli.passes import dagster_instance, emit_results, record_in_dagster
 from icegate_dagster.config import IcegateConfig, config_from_dict, embedded_default_dict
 from icegate_dagster.errors import IcegateError
+from icegate_dagster.maintenance import OPERATIONS, Maintainer
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -178,3 +182,21 @@ def build_demo_lakehouse(root: Path) -> IcegateConfig:
         simulate_ingest(root / "wal", spec, rng)
     _plant_leftover_files(catalog)
     return config.with_overrides(**DEMO_OVERRIDES)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``demo``: rebuild the demo lakehouse in ``--root`` and run a full pass over it."""
+    if not args.json:
+        print(f"building the demo lakehouse in {Path(args.root).resolve()} ...", flush=True)
+    instance = dagster_instance(args)
+    config: IcegateConfig = build_demo_lakehouse(Path(args.root))
+    maintainer = Maintainer(config)
+    if not args.json:
+        names = [op.name for op in OPERATIONS if op.applies(config, config.defaults)]
+        print(f"maintaining it ({', '.join(names)}) ...", flush=True)
+    results = maintainer.maintain(maintainer.discover())
+    history = record_in_dagster(instance, maintainer, results)
+    code = emit_results(results, args.json, maintainer.run_id, history)
+    if not args.json:
+        print(f"\nlog rows appended to {config.log_table} (run_id {maintainer.run_id})")
+    return code

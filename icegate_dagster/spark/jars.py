@@ -1,0 +1,140 @@
+"""The jars Spark's driver needs, found before its JVM starts.
+
+The Iceberg Spark runtime comes from the installed ``snowpark-connect-deps-iceberg``
+package unless the user's ``spark.jars`` or ``spark.jars.packages`` name one; the JDBC
+driver of a SQL catalog is Debian's. A catalog whose files are in S3 needs Iceberg's AWS
+bundle on Spark's class path: without it the session is refused, with the coordinates to
+add.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+from icegate_dagster.catalog import catalog_kind
+from icegate_dagster.config import CatalogSettings, IcegateConfig
+from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
+
+_RUNTIME_PACKAGE = "snowpark_connect_deps_iceberg"
+_RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+#: The Iceberg version in a runtime jar's file name or Maven coordinates.
+_RUNTIME_VERSION = re.compile(
+    r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
+)
+#: What gives Spark an S3 file system: Iceberg's AWS bundle (S3FileIO with the AWS SDK),
+#: the AWS SDK itself, or Hadoop's S3A connector.
+_S3_SUPPORT = ("iceberg-aws-bundle", "software.amazon.awssdk", "hadoop-aws", "aws-java-sdk-bundle")
+#: Where such a jar may be named.
+_CLASSPATH_KEYS = (
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.driver.extraClassPath",
+    "spark.executor.extraClassPath",
+)
+#: Locations Iceberg's Java side reads through an S3 file system.
+_S3_SCHEMES = ("s3://", "s3a://", "s3n://")
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
+POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped by the installed PyPI package."""
+    try:
+        folder = Path(str(resources.files(_RUNTIME_PACKAGE))) / "jars"
+    except ModuleNotFoundError:
+        raise SparkStartError(
+            f"the Iceberg runtime package {_RUNTIME_PACKAGE} is not installed "
+            "(pip install snowpark-connect-deps-iceberg==1.0.2), and spark.conf names no "
+            "iceberg-spark-runtime jar"
+        ) from None
+    jars = sorted(folder.glob(_RUNTIME_GLOB))
+    if not jars:
+        raise SparkStartError(f"no {_RUNTIME_GLOB} in {folder}")
+    return jars[-1]
+
+
+def iceberg_version(conf: Mapping[str, str]) -> str:
+    """The Iceberg version Spark will load: the user's runtime jar or package, else ours."""
+    for key in ("spark.jars.packages", "spark.jars"):
+        match = _RUNTIME_VERSION.search(conf.get(key, ""))
+        if match:
+            return match.group(1)
+    match = _RUNTIME_VERSION.search(iceberg_runtime_jar().name)
+    if match is None:  # a renamed jar: say so rather than guess
+        return "<the Iceberg version of your iceberg-spark-runtime jar>"
+    return match.group(1)
+
+
+def check_s3_support(config: IcegateConfig, conf: Mapping[str, str]) -> None:
+    """Refuse, before the JVM starts, a catalog in S3 when Spark has no S3 file system.
+
+    Without Iceberg's AWS bundle every Spark read or write of the catalog's files fails
+    deep in Java (``No FileSystem for scheme "s3"``); this says what to add instead.
+    """
+    reason = s3_usage(config.catalog)
+    if reason is None:
+        return
+    named = " ".join(conf.get(key, "") for key in _CLASSPATH_KEYS)
+    if any(jar in named for jar in _S3_SUPPORT):
+        return
+    raise SparkStartError(
+        f"catalog {config.catalog.name!r} keeps its files in S3 ({reason}) but Spark has no "
+        "S3 support: add org.apache.iceberg:iceberg-aws-bundle:"
+        f"{iceberg_version(conf)} to spark.conf spark.jars.packages (or its jar to spark.jars)"
+    )
+
+
+def user_supplies_iceberg(conf: Mapping[str, str]) -> bool:
+    """Whether ``spark.jars`` or ``spark.jars.packages`` already name an Iceberg runtime."""
+    return any(
+        "iceberg-spark-runtime" in conf.get(key, "")
+        for key in ("spark.jars", "spark.jars.packages")
+    )
+
+
+def jdbc_driver_jars(settings: CatalogSettings) -> list[Path]:
+    """The JDBC driver jar Spark needs for this catalog; a clear error when it is missing."""
+    needed = {"sqlite": SQLITE_JDBC_JAR, "postgresql": POSTGRES_JDBC_JAR}.get(
+        catalog_kind(settings)
+    )
+    if needed is None:
+        return []
+    if not needed.is_file():
+        package = {
+            SQLITE_JDBC_JAR: "libxerial-sqlite-jdbc-java",
+            POSTGRES_JDBC_JAR: "libpostgresql-jdbc-java",
+        }[needed]
+        raise CatalogUnavailableError(
+            f"catalog {settings.name!r}: Spark needs the JDBC driver {needed}, which is missing; "
+            f"install Debian's {package} (scripts/setup.sh does)"
+        )
+    return [needed]
+
+
+def check_local_jars(jars: str) -> None:
+    """Refuse a local ``spark.jars`` entry that is not there (before the JVM starts)."""
+    for entry in filter(None, (j.strip() for j in jars.split(","))):
+        if "://" in entry and not entry.startswith("file:"):
+            continue
+        path = Path(entry.removeprefix("file://").removeprefix("file:"))
+        if not path.is_file():
+            raise SparkStartError(f"spark.jars entry {entry!r} does not exist")
+
+
+def s3_usage(settings: CatalogSettings) -> str | None:
+    """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
+    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
+    props = settings.properties
+    warehouse = props.get("warehouse", "")
+    if warehouse.lower().startswith(_S3_SCHEMES):
+        return f"its warehouse is {warehouse}"
+    io_impl = props.get("io-impl", "")
+    if io_impl.endswith("S3FileIO"):
+        return f"its io-impl is {io_impl}"
+    s3_keys = sorted(key for key in props if key.startswith("s3."))
+    if s3_keys:
+        return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"
+    return None
