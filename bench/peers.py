@@ -34,8 +34,7 @@ import pyarrow.dataset as ds
 
 from bench import fixtures
 from bench.fixtures import Lakehouse, Template, make_lakehouse
-from bench.measure import ProcessRun
-from bench.run import (
+from bench.harness import (
     REPO,
     Figure,
     Sample,
@@ -51,6 +50,7 @@ from bench.run import (
     note,
     side_json,
 )
+from bench.measure import ProcessRun
 
 #: The peer, pinned: the version the issue measured.
 ZAMBONI = "iceberg-zamboni==0.7.0"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh), then lint, type-check, build the documentation and run the whole
-# test suite.
+# test suite: the no-JVM tier, then the tests marked spark (with arguments, one pytest run of
+# the caller's selection).
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,14 +14,32 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet || exit 1
 # Two processes (ICEGATE_TEST_WORKERS; 0 runs in this one), each with its own Spark session;
 # a file stays in one process, so a module's servers start once.
 workers="${ICEGATE_TEST_WORKERS:-2}"
-if [ "$workers" -gt 0 ]; then
-  .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"
-else
-  .venv/bin/python -m pytest --durations=25 "$@"
+run_pytest() {
+  local code
+  if [ "$workers" -gt 0 ]; then
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"
+  else
+    .venv/bin/python -m pytest --durations=25 "$@"
+  fi
+  code=$?
+  if [ "$code" -eq 5 ]; then
+    echo "test.sh: pytest collected no tests; that is a failure" >&2
+    return 1
+  fi
+  return "$code"
+}
+if [ "$#" -gt 0 ]; then  # the caller's selection, in one run
+  run_pytest "$@"
+  exit $?
 fi
-code=$?
-if [ "$code" -eq 5 ]; then
-  echo "test.sh: pytest collected no tests; that is a failure" >&2
-  exit 1
+# Without arguments, two tiers (pyproject.toml's marker spark): the tests that start no JVM
+# first, in a couple of minutes (that run fails if one starts anyway), then those that do.
+# The second runs whatever the first said; either failing fails the script.
+run_pytest -m "not spark"
+first=$?
+run_pytest -m spark
+second=$?
+if [ "$first" -ne 0 ]; then
+  exit "$first"
 fi
-exit "$code"
+exit "$second"

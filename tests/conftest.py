@@ -1,7 +1,11 @@
-"""Suite-wide fixtures: one Spark session for the whole test session."""
+"""Suite-wide fixtures: one Spark session for the whole test session; and the guard of the
+no-JVM tier: a run that selected no test marked ``spark`` fails if a JVM started anyway."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,105 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow files first (marker ``slow``): spread over processes, the longest files start
     at once instead of ending the suite alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# -- the no-JVM tier's guard --------------------------------------------------------------------
+#
+# Every JVM a test starts, in this process (pyspark's gateway) or in a child (a CLI pass, a
+# Dagster run, a server), is started by ``spark-class`` as ``java`` found on PATH, or as
+# ``$JAVA_HOME/bin/java``. In a run whose selected tests carry no ``spark`` marker, both lead
+# to a stand-in that writes down the test running (PYTEST_CURRENT_TEST) and then starts the
+# real java; at the end of the session a line written fails the run, naming the tests. The
+# folder is made by the main process and inherited by pytest-xdist's workers.
+
+_GUARD = "ICEGATE_TEST_JVM_GUARD"
+#: The guard's folder (in the main process only) and the JVMs it saw started.
+_GUARD_FOLDER = pytest.StashKey[Path]()
+_JVMS = pytest.StashKey[list[str]]()
+_JAVA_STAND_IN = """#!/bin/sh
+echo "${{PYTEST_CURRENT_TEST:-outside a test}}" >> '{log}'
+exec '{java}' "$@"
+"""
+
+
+def _real_java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _GUARD in os.environ:  # a pytest-xdist worker: its parent made the guard
+        return
+    folder = Path(tempfile.mkdtemp(prefix="icegate-jvm-guard-"))
+    os.environ[_GUARD] = str(folder)
+    config.stash[_GUARD_FOLDER] = folder
+    (folder / "jvms.log").touch()
+
+
+def _install_java_stand_in(folder: Path) -> None:
+    """``java`` on PATH and ``$JAVA_HOME/bin/java`` become the stand-in, in this process and
+    every process it starts."""
+    java = _real_java() or "java-not-installed"
+    bin_dir = folder / "bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir()
+        stand_in = bin_dir / "java"
+        stand_in.write_text(_JAVA_STAND_IN.format(log=folder / "jvms.log", java=java))
+        stand_in.chmod(0o755)
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    home = os.environ.get("JAVA_HOME")
+    if home:  # a JDK whose bin/java is the stand-in, the rest of it the real one's
+        fake = folder / "java_home"
+        if not fake.exists():
+            fake.mkdir()
+            for entry in Path(home).iterdir():
+                if entry.name != "bin":
+                    (fake / entry.name).symlink_to(entry)
+            (fake / "bin").mkdir()
+            for entry in (Path(home) / "bin").iterdir():
+                target = bin_dir / "java" if entry.name == "java" else entry
+                (fake / "bin" / entry.name).symlink_to(target)
+        os.environ["JAVA_HOME"] = str(fake)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With no ``spark`` test selected (``-m "not spark"``, ``tests/unit``), no JVM may start."""
+    if session.items and not any(item.get_closest_marker("spark") for item in session.items):
+        _install_java_stand_in(Path(os.environ[_GUARD]))
+
+
+def _jvms_started(folder: Path) -> list[str]:
+    return sorted(set((folder / "jvms.log").read_text().split("\n")) - {""})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    folder = session.config.stash.get(_GUARD_FOLDER, None)
+    if folder is None:  # a worker: its parent reads the log
+        return
+    started = _jvms_started(folder)
+    if started:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        session.config.stash[_JVMS] = started
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    started = config.stash.get(_JVMS, [])
+    if started:
+        terminalreporter.section("a JVM started in the no-JVM tier", sep="=", red=True)
+        terminalreporter.line(
+            "No selected test is marked spark, but these started a JVM (a test that starts "
+            "one belongs in a folder whose tests are marked spark):"
+        )
+        for line in started:
+            terminalreporter.line(f"  {line}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_GUARD_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,13 +22,14 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from docs.gen import cli_reference, config_reference, dagster_reference  # noqa: E402
+from docs.gen import cli_reference, config_reference, dagster_reference, layout  # noqa: E402
 
 GENERATORS: dict[str, Callable[..., str]] = {
     "config-reference": config_reference.markdown,
     "config-block": config_reference.block_markdown,
     "cli-reference": cli_reference.markdown,
     "dagster-reference": dagster_reference.markdown,
+    "layout": layout.markdown,
 }
 PLACEHOLDER = re.compile(r"^<!-- generated: ([a-z-]+)(?: (\S+))? -->$", re.MULTILINE)
 
