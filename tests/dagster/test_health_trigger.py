@@ -395,6 +395,24 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert recorded and recorded[0].run_id == result.run_id
 
 
+def test_materializing_lakehouse_health_records_what_the_sensor_records(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """The sensor's ``lakehouse_health`` event and the asset's own materialization carry the
+    same metadata keys: one function builds the report for both, the shared-location
+    warning included (a twin registered on IDLE's metadata file shares its location without
+    gc.enabled=false)."""
+    lh.catalog.register_table(("lakehouse", "idle_twin"), lh.table(IDLE).metadata_location)
+    sensed = _health(_tick(lh, instance))
+    assert "unsafe_sharing" in sensed
+
+    result = dg.materialize([lakehouse_health], instance=instance, resources=resources_for(lh))
+
+    assert result.success
+    [materialization] = result.asset_materializations_for_node("lakehouse_health")
+    assert sorted(materialization.metadata) == sorted(sensed)
+
+
 def test_lakehouse_health_is_recorded_when_its_verdicts_change_or_hourly_not_with_ingest(
     lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
 ) -> None:
