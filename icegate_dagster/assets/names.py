@@ -36,7 +36,7 @@ WAL_SENSOR = "wal_size_sensor"
 #: The job the sensors request, and the op whose config lists its tables.
 BATCH_JOB = "maintenance_batch_job"
 BATCH_PLAN = "plan_batch"
-#: The run in which an ``icegate-maintain`` pass records its tables (see ``cli_history``).
+#: The run in which an ``icegate-maintain`` pass with a Dagster instance records its tables.
 CLI_PASS_JOB = "icegate_cli_pass"
 #: This code location's jobs and assets: a run of one of them keeps a heartbeat in the
 #: lease store (see ``LakehouseResource``), so a run of one without it has no worker.

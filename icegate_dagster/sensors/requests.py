@@ -71,7 +71,7 @@ def _planned(
         start += size
         run_tags = {TRIGGER_TAG: trigger, TABLES_TAG: str(len(chunk))}
         run_tags.update(tags(chunk) if tags is not None else {})
-        run_tags.update(limits or {})  # e.g. runs.max_runtime_tags: a hung run is failed
+        run_tags.update(limits or {})  # e.g. names.max_runtime_tags: a hung run is failed
         keys = [f"{entry.table}:{decisions[entry.table]}" for entry in chunk]
         if len(chunk) == 1:
             [entry] = chunk
