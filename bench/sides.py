@@ -139,10 +139,10 @@ def pyarrow_rewrite(paths_file: str, out: str, level: str) -> None:
 def sensor(config_path: str, keys_file: str) -> None:
     import dagster as dg
 
-    from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
-    from icegate_dagster.automation.wal_sensor import wal_size_sensor
-    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.assets.names import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
+    from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     resource_ = LakehouseResource(config_path=config_path)
@@ -173,12 +173,12 @@ def health_sensor(config_path: str, keys_file: str) -> None:
     change. Each tick: evaluation time, events recorded, time to store them."""
     import dagster as dg
 
-    from icegate_dagster.automation.health_sensor import table_health_sensor
+    from icegate_dagster.assets.names import iceberg_tables
     from icegate_dagster.catalog import open_catalog
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
-    from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors.health_sensor import table_health_sensor
 
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     resource_ = LakehouseResource(config_path=config_path)
@@ -269,8 +269,8 @@ def query(config_path: str, files: str, count: str) -> None:
 def dagster_run(config_path: str, joined_keys: str) -> None:
     import dagster as dg
 
+    from icegate_dagster.assets.names import iceberg_tables
     from icegate_dagster.definitions import defs
-    from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource, SparkResource
 
     keys = joined_keys.split(",")
@@ -307,14 +307,14 @@ def scale(config_path: str, keys_file: str, changed: str) -> None:
     import dagster as dg
     import pyarrow.parquet as pq
 
-    from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
-    from icegate_dagster.automation.health_sensor import table_health_sensor
-    from icegate_dagster.automation.tick import simulated_clock
-    from icegate_dagster.automation.wal_sensor import wal_size_sensor
+    from icegate_dagster.assets.trigger_state import simulated_clock
     from icegate_dagster.catalog import open_catalog
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
     from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
+    from icegate_dagster.sensors.health_sensor import table_health_sensor
+    from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 
     keys = [k for k in Path(keys_file).read_text().split("\n") if k]
     config = load_config(config_path)

@@ -2,25 +2,17 @@
 
 import dagster as dg
 
-from icegate_dagster.assets import (
-    MAINTAINED_TABLE_CHECKS,
-    lakehouse_health,
-    maintained_table,
-    maintenance_log,
-)
-from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
-from icegate_dagster.automation.health_sensor import table_health_sensor
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
-from icegate_dagster.batches import maintenance_batch_job
-from icegate_dagster.jobs import (
-    collect_orphans_job,
-    daily_maintenance,
-    delete_collected_orphans_job,
-    maintenance_job,
-    migrate_job,
-    rollback_job,
-)
+from icegate_dagster.assets.lakehouse_health import lakehouse_health
+from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE_CHECKS, maintained_table
+from icegate_dagster.assets.maintenance_log import maintenance_log
+from icegate_dagster.jobs.batch import maintenance_batch_job
+from icegate_dagster.jobs.maintenance import daily_maintenance, maintenance_job
+from icegate_dagster.jobs.orphans import collect_orphans_job, delete_collected_orphans_job
+from icegate_dagster.jobs.tables import migrate_job, rollback_job
 from icegate_dagster.resources import LakehouseResource, SparkResource
+from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
+from icegate_dagster.sensors.health_sensor import table_health_sensor
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 
 defs = dg.Definitions(
     assets=[maintained_table, maintenance_log, lakehouse_health],

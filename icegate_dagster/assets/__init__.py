@@ -1,8 +1,22 @@
-"""Dagster assets: ``maintained_table`` (one partition per table), ``maintenance_log`` and
-``lakehouse_health``."""
+"""The bottom of the Dagster layer: what this code location names and records, and its
+assets.
 
-from icegate_dagster.assets.lakehouse_health import lakehouse_health
-from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE_CHECKS, maintained_table
-from icegate_dagster.assets.maintenance_log import maintenance_log
+- :mod:`.names`: the Dagster names: asset keys, the ``iceberg_tables`` partitions (one per
+  table), job and sensor names, run and event tags;
+- :mod:`.runs`: the tables a run of this code location covers (its batch config, its
+  partition tags);
+- :mod:`.trigger_state`: the health trigger's stores, clock and busy tables, as a tick or
+  a run reads them;
+- :mod:`.partition_events`: a partition's page after a pass: its metadata and check
+  evaluations, whoever records them;
+- :mod:`.partition_observations`: what the health sensor records on partition pages
+  without a run;
+- :mod:`.maintained_table`: ``maintained_table``, one partition per table, its ops and
+  checks;
+- :mod:`.maintenance_log`: ``maintenance_log``, the log table;
+- :mod:`.lakehouse_health`: ``lakehouse_health``, the whole lakehouse's health, and its
+  event.
 
-__all__ = ["MAINTAINED_TABLE_CHECKS", "lakehouse_health", "maintained_table", "maintenance_log"]
+May import: ``resources`` and everything below the Dagster layer. Never ``sensors``,
+``jobs`` or ``definitions``.
+"""

@@ -19,9 +19,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from icegate_dagster.assets.names import ASSESSMENT_SOURCE, MAINTAINED_TABLE, iceberg_tables
 from icegate_dagster.assets.partition_events import (
-    ASSESSMENT_SOURCE,
-    MAINTAINED_TABLE,
     TableRecord,
     log_checks,
     source_of,
@@ -40,7 +39,6 @@ from icegate_dagster.maintenance.health.checks import CHECK_DESCRIPTIONS, CHECK_
 from icegate_dagster.maintenance.ops import Operation
 from icegate_dagster.maintenance.parallel import each_table
 from icegate_dagster.maintenance.pass_memory import pass_record
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 
 #: Maintenance steps take a slot of this pool (see dagster.yaml): they never overlap.

@@ -5,7 +5,7 @@ from typing import Any
 import dagster as dg
 
 from icegate_dagster import render
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.assets.names import MAINTAINED_TABLE
 from icegate_dagster.maintenance.log.writer import ensure_log_table, log_size, read_log
 from icegate_dagster.resources import LakehouseResource, SparkResource
 

@@ -13,22 +13,21 @@ from __future__ import annotations
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from icegate_dagster import render
+from icegate_dagster.assets.names import MAINTAINED_TABLE, SOURCE_TAG
 from icegate_dagster.config.secrets import scrub
-from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import OPERATIONS, TableRef, TableResult, TableStats
 from icegate_dagster.maintenance.exclusion import NOT_EXCLUDED, Exclusion
+from icegate_dagster.maintenance.health.after_pass import health_after
 from icegate_dagster.maintenance.health.checks import (
     CheckOutcome,
     evaluate_health,
-    health_score_check,
 )
-from icegate_dagster.maintenance.health.score import TableHealth, assess_table, thresholds_for
+from icegate_dagster.maintenance.health.score import TableHealth
 from icegate_dagster.maintenance.health.summary import table_state
 from icegate_dagster.maintenance.sharing import Sharing
 from icegate_dagster.maintenance.trigger.records import error_state, shown_state
@@ -39,16 +38,6 @@ if TYPE_CHECKING:
 
     from icegate_dagster.maintenance import Maintainer
     from icegate_dagster.maintenance.health.summary import Assessed
-
-MAINTAINED_TABLE = dg.AssetKey("maintained_table")
-#: Who recorded an event outside a maintenance run: on the health sensor's assessments
-#: (``assessment``) and observations, and on a CLI pass's run and materializations (``cli``).
-SOURCE_TAG = "icegate/source"
-CLI_SOURCE = "cli"
-ASSESSMENT_SOURCE = "assessment"
-#: On a CLI pass's run and materializations: the CLI's run id (``cli-<time>-<id>``), as in
-#: the log table.
-CLI_RUN_TAG = "icegate/cli_run_id"
 
 #: Every metadata key a partition of ``maintained_table`` may carry (a run's or a CLI pass's
 #: materialization, the health sensor's assessment or observation), and what it says: the
@@ -294,31 +283,6 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
         metadata.setdefault("error", wal_error)
     metadata["checks"] = verdicts_metadata(outcomes)
     return TableRecord(metadata, outcomes, health, wal_error, settled)
-
-
-def health_after(
-    maintainer: Maintainer,
-    key: str,
-    ref: TableRef | None,
-    wal: WalStats | None,
-    table: Table | None = None,
-) -> tuple[TableHealth | None, CheckOutcome, str | None]:
-    """The table's health now (pyiceberg, no JVM; ``table`` when just loaded), its
-    ``healthy`` verdict and the metadata file assessed; a table that cannot be assessed
-    fails that check alone."""
-    if ref is None:
-        return None, health_score_check(None, 0.0, f"{key} could not be resolved"), None
-    settings = maintainer.settings(ref)
-    min_score = settings.health.min_score
-    try:
-        iceberg = table if table is not None else maintainer.load(ref)
-        min_score = thresholds_for(settings, iceberg.properties).min_score
-        health = assess_table(iceberg, key, settings, datetime.now(UTC), wal)
-    except Exception as exc:  # this check fails; the table's other checks stand
-        error = describe_error(exc, lambda text: scrub(text, maintainer.config))
-        check = health_score_check(None, min_score, f"cannot assess the health of {key}: {error}")
-        return None, check, None
-    return health, health_score_check(health, min_score), iceberg.metadata_location
 
 
 # -- which materialization a check evaluation judges -----------------------------------------

@@ -17,22 +17,21 @@ from pathlib import Path
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import (
+from icegate_dagster.assets.names import (
+    CLI_PASS_JOB,
     CLI_RUN_TAG,
     CLI_SOURCE,
+    ICEBERG_TABLES,
     MAINTAINED_TABLE,
     SOURCE_TAG,
-    TableRecord,
-    log_checks,
-    table_record,
+    TABLES_TAG,
 )
-from icegate_dagster.automation.runs import CLI_PASS_JOB, TABLES_TAG
+from icegate_dagster.assets.partition_events import TableRecord, log_checks, table_record
 from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import ConfigError, IcegateError, describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef, TableResult
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.leases.store import holder_description
-from icegate_dagster.partitions import ICEBERG_TABLES
 
 DAGSTER_HOME = "DAGSTER_HOME"
 

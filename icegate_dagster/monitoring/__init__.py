@@ -10,7 +10,7 @@ JVM-free exporter beside the Dagster daemon.
 - :mod:`.server`: the refresher thread and the HTTP endpoints (``/metrics``, ``/health``,
   ``/status/compaction``).
 
-An entry point like the CLI and the sensors: it reads ``automation.look`` (the health
+An entry point like the CLI and the sensors: it reads ``maintenance.trigger.look`` (the health
 trigger's looks) and the maintenance layer; nothing imports it but the CLI. The alert rules
 and the Grafana dashboard built on its metrics are in ``deploy/prometheus`` and
 ``deploy/grafana``.

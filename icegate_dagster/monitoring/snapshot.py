@@ -4,7 +4,7 @@ no run needed): every figure a scrape shows comes from the latest :class:`Snapsh
 Where each part comes from, and what a refresh costs (``N`` tables):
 
 - **the tables and their health**: the catalog's listing (one SQL query on a SQL catalog,
-  one call per namespace elsewhere) and the trigger's looks (``automation.look``): a table
+  one call per namespace elsewhere) and the trigger's looks (``maintenance.trigger.look``): a table
   is loaded and assessed again only where its metadata file or WAL changed (or, on other
   catalogs, its look is older than ``maintain.trigger.recheck``); every other table keeps
   its stored look. New looks are stored in the trigger's memory, where the health sensor
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from icegate_dagster.automation.look import LookCache, list_tables, look_at_lakehouse
 from icegate_dagster.config import HealthCheckSettings, IcegateConfig
 from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.log.totals import LogTotals, OperationTotals, TotalsView
+from icegate_dagster.maintenance.trigger.look import LookCache, list_tables, look_at_lakehouse
 from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory, memory_for
 from icegate_dagster.maintenance.wal import WalStats, wal_backlogs

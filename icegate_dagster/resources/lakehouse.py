@@ -42,7 +42,7 @@ class LakehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """In a run, keep a heartbeat in the lease store for as long as this process lives
         and the run is not over, so a run whose worker died is recognized (see
-        ``icegate_dagster.automation.healing``). Sensors and schedules start none.
+        ``icegate_dagster.sensors.healing``). Sensors and schedules start none.
 
         A configuration or catalog that cannot be opened is left to the steps, which report
         it table by table; a lease store that cannot be reached (its first heartbeat retried

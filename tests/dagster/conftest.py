@@ -7,10 +7,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
+from icegate_dagster.assets.names import iceberg_tables
 from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
+from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
 
@@ -135,7 +135,7 @@ def health_tick(
 ) -> tuple[dg.SensorResult, str | None]:
     """One tick of the health sensor as the daemon runs it: its asset events stored in the
     instance, its cursor kept. Returns the result and the cursor for the next tick."""
-    from icegate_dagster.automation.health_sensor import table_health_sensor
+    from icegate_dagster.sensors.health_sensor import table_health_sensor
 
     context = dg.build_sensor_context(
         instance=instance, resources={"lakehouse": resource}, cursor=cursor

@@ -7,11 +7,10 @@ import dagster as dg
 import yaml
 
 from icegate_dagster.assets.maintained_table import POOL
-from icegate_dagster.automation.runs import MAINTENANCE_TAG
+from icegate_dagster.assets.names import MAINTENANCE_TAG, iceberg_tables
 from icegate_dagster.definitions import defs
-from icegate_dagster.jobs import daily_maintenance, range_run_requests
+from icegate_dagster.jobs.maintenance import daily_maintenance, range_run_requests
 from icegate_dagster.maintenance import OPERATIONS
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,19 +13,22 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.partition_events import (
+from icegate_dagster.assets.names import (
     ASSESSMENT_SOURCE,
     MAINTAINED_TABLE,
     SOURCE_TAG,
+    iceberg_tables,
+)
+from icegate_dagster.assets.partition_events import (
     check_target,
     health_metadata,
     latest_materialization,
 )
-from icegate_dagster.automation.events import partition_events
-from icegate_dagster.automation.look import LakehouseLook
+from icegate_dagster.assets.partition_observations import partition_events
 from icegate_dagster.maintenance.health.checks import health_score_check
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.sql_store import engine_for
+from icegate_dagster.maintenance.trigger.look import LakehouseLook
 from icegate_dagster.maintenance.trigger.records import (
     OperationAttempt,
     PassRecord,
@@ -33,7 +36,6 @@ from icegate_dagster.maintenance.trigger.records import (
     shown_state,
 )
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
-from icegate_dagster.partitions import iceberg_tables
 from tests.unit.health_builders import summary
 
 A, B = "lakehouse.a", "lakehouse.b"

@@ -19,12 +19,12 @@ from dagster._core.remote_origin import (
 )
 from dagster._core.test_utils import freeze_time
 
-from icegate_dagster.assets.partition_events import CLI_SOURCE, SOURCE_TAG
-from icegate_dagster.automation.discovery_sensor import RUNS_CURSOR, iceberg_table_discovery
-from icegate_dagster.automation.run_history import forget_old_runs
-from icegate_dagster.automation.runs import BATCH_JOB, CLI_PASS_JOB, BatchEntry, batch_run_config
+from icegate_dagster.assets.names import BATCH_JOB, CLI_PASS_JOB, CLI_SOURCE, SOURCE_TAG
+from icegate_dagster.assets.runs import BatchEntry, batch_run_config
 from icegate_dagster.definitions import defs
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.discovery_sensor import RUNS_CURSOR, iceberg_table_discovery
+from icegate_dagster.sensors.run_history import forget_old_runs
 from tests.lakehouse import Lakehouse
 
 OURS = "icegate_dagster.definitions"

@@ -3,7 +3,7 @@
 What is real: the Dagster instance (a temporary one), both trigger sensors and their
 selection, the trigger's memory (SQLite), the catalog and its 504 Iceberg tables, the WAL
 folders and one recursive listing of them a tick. What stands in: the **clock** (the test's,
-through ``automation.tick.simulated_clock``; a tick every :data:`TICK` simulated seconds)
+through ``assets.trigger_state.simulated_clock``; a tick every :data:`TICK` simulated seconds)
 and the **runs**. The sensors' requests become runs in the instance, as the daemon makes
 them; one worker takes them in order, and instead of Spark each table's operation has an
 outcome the test chooses (a WAL ingest deletes the table's WAL files, an ``optimize`` of
@@ -43,15 +43,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
-from icegate_dagster.automation.health_sensor import HealthCursor, table_health_sensor
-from icegate_dagster.automation.look import look_at
-from icegate_dagster.automation.runs import BatchEntry, batch_entries
-from icegate_dagster.automation.tick import simulated_clock
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.assets.names import LAKEHOUSE_HEALTH, iceberg_tables
+from icegate_dagster.assets.runs import BatchEntry, batch_entries
+from icegate_dagster.assets.trigger_state import simulated_clock
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.health.checks import health_score_check
 from icegate_dagster.maintenance.health.summary import table_state
+from icegate_dagster.maintenance.trigger.look import look_at
 from icegate_dagster.maintenance.trigger.records import (
     OperationAttempt,
     PassRecord,
@@ -59,8 +57,9 @@ from icegate_dagster.maintenance.trigger.records import (
     shown_state,
 )
 from icegate_dagster.maintenance.wal import wal_stats
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.health_sensor import HealthCursor, table_health_sensor
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.lakehouse import SCHEMA, Lakehouse, batch
 
 pytestmark = pytest.mark.slow

@@ -19,16 +19,17 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.automation.health_sensor import table_health_sensor
-from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, WAL_SENSOR, batch_entries
-from icegate_dagster.automation.tick import LAUNCH_GRACE_S, simulated_clock
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.assets.names import BATCH_JOB, HEALTH_SENSOR, WAL_SENSOR, iceberg_tables
+from icegate_dagster.assets.runs import batch_entries
+from icegate_dagster.assets.trigger_state import simulated_clock
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
 from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.health_sensor import table_health_sensor
+from icegate_dagster.sensors.tick import LAUNCH_GRACE_S
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.dagster.conftest import BUSY, OLD, discovery_tick, health_lakehouse
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

@@ -15,9 +15,9 @@ import dagster as dg
 import pytest
 import yaml
 
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
 from icegate_dagster.config import load_config
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.dagster.with_spark.test_wal import _skip, _tables
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

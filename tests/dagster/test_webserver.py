@@ -4,7 +4,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from icegate_dagster.partitions import iceberg_tables
+from icegate_dagster.assets.names import iceberg_tables
 from tests.lakehouse import LakehouseFactory
 from tests.webserver import make_dagster_home, running_webserver
 

@@ -20,10 +20,10 @@ import dagster as dg
 import pytest
 import yaml
 
+from icegate_dagster.assets.names import iceberg_tables
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import load_config
 from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 from tests.lakehouse import Lakehouse, LakehouseFactory
 

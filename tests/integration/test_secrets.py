@@ -12,9 +12,9 @@ import dagster as dg
 import pytest
 import yaml
 
+from icegate_dagster.assets.names import iceberg_tables
 from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource, SparkResource
 from tests.lakehouse import LakehouseFactory
 from tests.servers import free_port

@@ -34,17 +34,18 @@ import dagster as dg
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 
-from icegate_dagster.assets.partition_events import (
+from icegate_dagster.assets.names import (
     ASSESSMENT_SOURCE,
+    BATCH_JOB,
+    ICEBERG_TABLES,
     MAINTAINED_TABLE,
     SOURCE_TAG,
 )
-from icegate_dagster.automation.runs import BATCH_JOB, UNFINISHED, batch_entries
+from icegate_dagster.assets.runs import UNFINISHED, batch_entries
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import assess_table
 from icegate_dagster.maintenance.wal import wal_stats
-from icegate_dagster.partitions import ICEBERG_TABLES
 from tests.integration.test_wal_compaction import wal_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 from tests.servers import ServerProcess, free_port, http_answers, process_tree, wait_until

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.assets.names import MAINTAINED_TABLE
 from tests.dagster.conftest import run_maintenance
 from tests.lakehouse import LakehouseFactory, batch
 from tests.surfaces.postgres_server import PostgresServer, postgres_server
@@ -90,10 +90,9 @@ def test_a_sensors_batch_run_on_the_deploy_instance_records_each_table_in_postgr
     """The health sensor's request, run on the production instance: one run, each table its
     own materialization and checks, stored in PostgreSQL; the run carries the tag the
     instance's limit on maintenance runs counts."""
-    from icegate_dagster.automation.health_sensor import table_health_sensor
-    from icegate_dagster.automation.runs import MAINTENANCE_TAG
-    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.assets.names import MAINTENANCE_TAG, iceberg_tables
     from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors.health_sensor import table_health_sensor
     from tests.dagster.conftest import run_request
 
     tables = ["lakehouse.batch_a", "lakehouse.batch_b"]  # never maintained on this instance
@@ -136,9 +135,8 @@ def test_cli_passes_and_the_health_sensors_records_on_the_deploy_instance(
     """Two CLI passes over one table, recorded in PostgreSQL as two runs whose check
     evaluations each judge that pass's materialization; then the health sensor's ticks,
     stored as the daemon stores them, record a table's change of health once."""
-    from icegate_dagster.automation.runs import CLI_PASS_JOB
+    from icegate_dagster.assets.names import CLI_PASS_JOB, iceberg_tables
     from icegate_dagster.cli.dispatch import run_cli
-    from icegate_dagster.partitions import iceberg_tables
     from icegate_dagster.resources import LakehouseResource
     from tests.dagster.conftest import health_tick
 

@@ -132,7 +132,7 @@ def test_a_heartbeat_outlives_its_stores_failover_and_an_instance_that_cannot_an
 
     from sqlalchemy import select
 
-    from icegate_dagster.automation.healing import dead_run_reason
+    from icegate_dagster.sensors.healing import dead_run_reason
     from tests.surfaces.postgres_server import start, stop
 
     lease = timedelta(seconds=3)  # a beat every half second

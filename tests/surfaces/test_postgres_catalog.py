@@ -386,18 +386,12 @@ def test_run_heartbeats_live_in_the_postgres_database_and_a_dead_run_is_failed(
     import dagster as dg
     import yaml
 
-    from icegate_dagster.automation.health_sensor import table_health_sensor
-    from icegate_dagster.automation.runs import (
-        BATCH_JOB,
-        HEALTH_SENSOR,
-        TRIGGER_TAG,
-        BatchEntry,
-        batch_run_config,
-    )
+    from icegate_dagster.assets.names import BATCH_JOB, HEALTH_SENSOR, ICEBERG_TABLES, TRIGGER_TAG
+    from icegate_dagster.assets.runs import BatchEntry, batch_run_config
     from icegate_dagster.definitions import defs
     from icegate_dagster.maintenance.leases.store import HEARTBEAT_TABLE
-    from icegate_dagster.partitions import ICEBERG_TABLES
     from icegate_dagster.resources import LakehouseResource
+    from icegate_dagster.sensors.health_sensor import table_health_sensor
     from tests.lease_holder import beating_in_another_process
 
     lh = pg_pass.lakehouse

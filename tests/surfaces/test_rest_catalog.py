@@ -32,27 +32,26 @@ import pytest
 import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.automation.discovery_sensor import iceberg_table_discovery
-from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
-from icegate_dagster.automation.health_sensor import table_health_sensor
-from icegate_dagster.automation.runs import (
+from icegate_dagster.assets.names import (
     BATCH_JOB,
     HEALTH_SENSOR,
+    ICEBERG_TABLES,
+    LAKEHOUSE_HEALTH,
+    MAINTAINED_TABLE,
     TRIGGER_TAG,
-    BatchEntry,
-    batch_entries,
-    batch_run_config,
+    iceberg_tables,
 )
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.assets.runs import BatchEntry, batch_entries, batch_run_config
 from icegate_dagster.config import IcegateConfig, config_from_dict, load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.log.writer import read_log
 from icegate_dagster.maintenance.ops.expire_snapshots import plan_expiry
 from icegate_dagster.maintenance.orphans.listing import iceberg_orphans, orphan_candidates
-from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
+from icegate_dagster.sensors.health_sensor import table_health_sensor
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.conf import build_spark_conf
 from icegate_dagster.spark.jars import iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch

@@ -15,23 +15,16 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from icegate_dagster.automation.healing import SILENT_LEASES, dead_run_reason
-from icegate_dagster.automation.requests import sensor_run_requests, split_evenly
-from icegate_dagster.automation.runs import (
-    BATCH_JOB,
-    STATE_TAG,
-    TABLE_TAG,
-    TABLES_TAG,
-    TRIGGER_TAG,
-    BatchEntry,
-    batch_entries,
-)
+from icegate_dagster.assets.names import BATCH_JOB, STATE_TAG, TABLE_TAG, TABLES_TAG, TRIGGER_TAG
+from icegate_dagster.assets.runs import BatchEntry, batch_entries
 from icegate_dagster.config import config_from_dict, format_duration
 from icegate_dagster.config.models import MIN_LEASE
 from icegate_dagster.errors import ConfigError
 from icegate_dagster.maintenance.leases.process import process_gone, process_identity
 from icegate_dagster.maintenance.leases.store import RunLiveness, TableLocks
 from icegate_dagster.maintenance.sql_store import engine_for
+from icegate_dagster.sensors.healing import SILENT_LEASES, dead_run_reason
+from icegate_dagster.sensors.requests import sensor_run_requests, split_evenly
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=2)

@@ -1,8 +1,8 @@
 """The health sensor's cursor (a position, whatever the lakehouse's size) and the shown
 states a partition page is compared with."""
 
-from icegate_dagster.automation.health_sensor import HealthCursor
 from icegate_dagster.maintenance.trigger.records import error_state, shown_state
+from icegate_dagster.sensors.health_sensor import HealthCursor
 
 
 def test_the_cursor_round_trips_and_stays_the_same_size_for_any_lakehouse() -> None:

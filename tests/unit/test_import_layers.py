@@ -17,17 +17,29 @@ import icegate_dagster
 ROOT = Path(icegate_dagster.__file__).parent
 PACKAGE = "icegate_dagster"
 
-#: Each top-level unit's layer: a module may import its own layer and those below it.
+#: Each top-level unit's layer: a module may import its own layer and those below it. The
+#: domain below everything that uses it; above it the entry points: the exporter, then the
+#: Dagster layer in its own order (resources <- assets <- sensors <- jobs <- definitions),
+#: and the CLI, which records its passes in Dagster with the assets' vocabulary.
 LAYERS = {
+    "": 0,  # the package's own __init__: its docstring and version
     "errors": 0,
     "config": 1,
     "catalog": 2,
     "spark": 2,
     "maintenance": 3,
     "render": 4,
+    "monitoring": 5,
+    "resources": 6,
+    "assets": 7,
+    "sensors": 8,
+    "jobs": 9,
+    "cli": 10,
+    "definitions": 11,
 }
-#: Everything else (``cli``, ``assets``, ``sensors``, ``jobs``, ...) is an entry point.
-ENTRY_POINTS = 5
+#: Any unit not listed: a new top-level unit fails
+#: :func:`test_every_top_level_unit_has_a_layer` until placed.
+ENTRY_POINTS = 12
 
 
 def _modules() -> dict[str, Path]:
@@ -138,10 +150,32 @@ def test_the_graph_sees_imports_hidden_in_functions_and_type_checking_blocks() -
     """The walker itself: a function-level import and a ``TYPE_CHECKING`` one both count."""
     graph = import_graph()
     # cli imports the deferred operations inside a function only.
-    assert "icegate_dagster.maintenance.ops.deferred_orphans" in graph["icegate_dagster.cli.orphans"]
+    orphans_command = graph["icegate_dagster.cli.orphans"]
+    assert "icegate_dagster.maintenance.ops.deferred_orphans" in orphans_command
     # render names TableHealth under TYPE_CHECKING only.
     assert "icegate_dagster.maintenance.health.score" in graph["icegate_dagster.render"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_top_level_unit_has_a_layer() -> None:
+    """A new folder or top-level module is placed in :data:`LAYERS` deliberately."""
+    units = {_unit(module) for module in MODULES} - {""}
+    assert sorted(units - set(LAYERS)) == []
+
+
+def test_the_dagster_layer_lives_in_its_folders() -> None:
+    """Every module that imports Dagster is in ``resources/``, ``assets/``, ``sensors/``,
+    ``jobs/`` or is ``definitions.py`` (the CLI's history of a pass, and the exporter's
+    daemon probe, read an instance but define nothing of the code location)."""
+    homes = {"resources", "assets", "sensors", "jobs", "definitions", "cli", "monitoring"}
+    loose = sorted(
+        module
+        for module, path in MODULES.items()
+        if _unit(module) not in homes
+        for name in _imported(module, path)
+        if name == "dagster" or name.startswith(("dagster.", "dagster_"))
+    )
+    assert loose == []
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
@@ -209,3 +243,41 @@ def test_each_room_says_what_it_holds_and_may_import(room: str) -> None:
         if _room(other) in {f"{prefix}.{name}" for name in never}
     )
     assert broken == []
+
+
+def test_the_top_level_modules_stay_small_and_leave_spark_to_the_engine() -> None:
+    """The package's loose modules are entry points and small shared pieces: none imports
+    pyspark (the engine lives in ``spark/``) and none grows past 400 lines."""
+    top = {m: p for m, p in MODULES.items() if p.parent == ROOT and p.name != "__init__.py"}
+    spark = sorted(
+        m for m, p in top.items() for name in _imported(m, p) if name.split(".")[0] == "pyspark"
+    )
+    assert spark == []
+    sizes = {m: len(p.read_text().splitlines()) for m, p in top.items()}
+    assert sorted(f"{m}: {n} lines" for m, n in sizes.items() if n > 400) == []
+
+
+def test_bench_imports_no_circle() -> None:
+    """``bench/`` (the harness at the bottom, benchmarks above it, the registry and CLI on
+    top) has no circle either."""
+    bench = ROOT.parent / "bench"
+    names = {p.stem for p in bench.glob("*.py") if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for path in bench.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[0] == "bench" and len(parts) > 1:
+                    imported.add(parts[1])
+                elif parts == ["bench"]:
+                    imported.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == "bench" and len(parts) > 1:
+                        imported.add(parts[1])
+        graph[path.stem] = imported - {path.stem}
+    assert cycles(graph) == []

@@ -10,7 +10,8 @@ import math
 import time
 from pathlib import Path
 
-from icegate_dagster.automation.look import (
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.maintenance.trigger.look import (
     ERROR_RETRY_S,
     Listing,
     LookCache,
@@ -18,7 +19,6 @@ from icegate_dagster.automation.look import (
     look_at_lakehouse,
     look_order,
 )
-from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 

@@ -4,7 +4,7 @@ A heartbeat that stops may mean a dead worker, or only a lease store the worker 
 reach for a while. Before a run is failed for silence, the healer asks the one witness
 that cannot be wrong: on the same host (same kernel boot, same PID namespace), is the
 process with that PID, started at that moment, still there? Elsewhere it cannot ask, and
-waits for several leases of silence instead (``icegate_dagster.automation.healing``).
+waits for several leases of silence instead (``icegate_dagster.sensors.healing``).
 
 The identity is ``host|boot id|pid namespace|pid|start time``: the boot id tells a
 restarted host apart, the PID namespace two containers that share a hostname, and the

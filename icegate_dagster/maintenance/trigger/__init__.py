@@ -9,9 +9,16 @@ that pick which due tables to maintain now.
   last pass and what each partition shows; the last look at each table; each sensor's last
   request and its run key) and their queries;
 - :mod:`.selection`: which due tables go now, which wait and why, the lakehouse's totals
-  (pure).
+  (pure);
+- :mod:`.look`: what changed since the last look: the catalog's tables and each one's
+  health, re-read only where it may have changed (the sensors and the exporter read it);
+- :mod:`.decision`: the decision over one look, taking the clock and the settings, and the
+  one lakehouse report the sensor and the ``lakehouse_health`` asset both record.
 
-May import: ``config``, ``errors``, :mod:`..sql_store`, :mod:`..health` (the health
-summary it stores and selects on). Never Dagster or presentation, nor :mod:`..leases`,
-:mod:`..ops`.
+May import: ``config``, ``errors``, ``catalog`` (secret masking), :mod:`..sql_store`,
+:mod:`..health` (the health summary it stores and selects on), and for the look and the
+decision :mod:`..identifiers`, :mod:`..discovery`, :mod:`..sharing`, :mod:`..wal` and
+:mod:`..ops` (the registry, the ``gc.enabled`` gate). Never Dagster or presentation, nor
+:mod:`..leases`, :mod:`..maintainer` (the look reads through a protocol a ``Maintainer``
+meets).
 """

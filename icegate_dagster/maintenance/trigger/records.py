@@ -73,7 +73,7 @@ class PassRecord:
     #: Operations due right after the pass, with why (when the pass assessed the table).
     still_due: Mapping[str, str] | None = None
     #: The table's state right after the pass (metadata, WAL, due work), when assessed: a
-    #: table still in that state needs no new run (see ``automation``).
+    #: table still in that state needs no new run (see ``sensors``).
     settled_state: str | None = None
     #: What the table's partition page shows now, when the pass recorded it in Dagster.
     shown_state: str | None = None

@@ -407,8 +407,9 @@ def summarize(
     unsafe_sharing: Mapping[str, str] | None = None,
     rows: int = LEAST_HEALTHY_ROWS,
 ) -> LakehouseHealth:
-    """Totals and the least healthy tables, for the ``lakehouse_health`` asset (the sensor's
-    event and the asset's own materialization build it the same way)."""
+    """Totals and the least healthy tables, for the ``lakehouse_health`` asset (built by
+    :func:`.decision.lakehouse_report`, for the sensor's event and the asset's own
+    materialization alike)."""
     errors = dict(errors or {})
     scores = [h.score for h in healths]
     decisions = selection.decisions() if selection is not None else {}

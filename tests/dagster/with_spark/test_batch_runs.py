@@ -11,12 +11,11 @@ import dagster as dg
 import pytest
 
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.automation.health_sensor import table_health_sensor
-from icegate_dagster.automation.runs import BATCH_JOB, TABLES_TAG, batch_entries
+from icegate_dagster.assets.names import BATCH_JOB, MAINTAINED_TABLE, TABLES_TAG, iceberg_tables
+from icegate_dagster.assets.runs import batch_entries
 from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.health_sensor import table_health_sensor
 from tests.dagster.conftest import (
     BUSY,
     IDLE,

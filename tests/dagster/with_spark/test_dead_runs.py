@@ -22,23 +22,16 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.remote_representation.external import RemoteJob
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-from icegate_dagster.automation.healing import SILENT_LEASES, fail_dead_runs
-from icegate_dagster.automation.health_sensor import table_health_sensor
-from icegate_dagster.automation.runs import (
-    BATCH_JOB,
-    HEALTH_SENSOR,
-    TRIGGER_TAG,
-    BatchEntry,
-    batch_entries,
-    batch_run_config,
-)
-from icegate_dagster.automation.wal_sensor import wal_size_sensor
+from icegate_dagster.assets.names import BATCH_JOB, HEALTH_SENSOR, TRIGGER_TAG, iceberg_tables
+from icegate_dagster.assets.runs import BatchEntry, batch_entries, batch_run_config
 from icegate_dagster.config.models import MIN_LEASE
 from icegate_dagster.definitions import defs
-from icegate_dagster.jobs import daily_maintenance
+from icegate_dagster.jobs.maintenance import daily_maintenance
 from icegate_dagster.maintenance import Maintainer
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.healing import SILENT_LEASES, fail_dead_runs
+from icegate_dagster.sensors.health_sensor import table_health_sensor
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.lease_holder import beating_in_another_process, held_by_another_process

@@ -18,28 +18,28 @@ import pytest
 import yaml
 
 from icegate_dagster.assets.lakehouse_health import lakehouse_health
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.automation import health_sensor
-from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
-from icegate_dagster.automation.health_sensor import decide, table_health_sensor
-from icegate_dagster.automation.look import LookCache, look_at_lakehouse
-from icegate_dagster.automation.runs import (
+from icegate_dagster.assets.names import (
     BATCH_JOB,
     HEALTH_SENSOR,
+    LAKEHOUSE_HEALTH,
+    MAINTAINED_TABLE,
     STATE_TAG,
     TABLE_TAG,
     TRIGGER_TAG,
-    BatchEntry,
-    batch_entries,
-    batch_run_config,
+    iceberg_tables,
 )
-from icegate_dagster.automation.tick import Tick, simulated_clock
+from icegate_dagster.assets.runs import BatchEntry, batch_entries, batch_run_config
+from icegate_dagster.assets.trigger_state import simulated_clock
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance.leases.holder import lease_store
+from icegate_dagster.maintenance.trigger.decision import decide
+from icegate_dagster.maintenance.trigger.look import LookCache, look_at_lakehouse
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
 from icegate_dagster.maintenance.trigger.store import TriggerMemory, memory_for
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors import health_sensor
+from icegate_dagster.sensors.health_sensor import table_health_sensor
+from icegate_dagster.sensors.tick import Tick
 from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse, launch, resources_for
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 
@@ -104,7 +104,13 @@ def _decisions(lh: Lakehouse, instance: dg.DagsterInstance) -> dict[str, str]:
     tick = Tick.for_run(instance, resource)
     look = look_at_lakehouse(resource.maintainer("test"), tick.memory, tick.now, until=None)
     assert tick.memory is not None
-    selection, _ = decide(tick, look, tick.memory.tables_memory(), tick.busy(look.tables))
+    selection, _ = decide(
+        look,
+        tick.memory.tables_memory(),
+        tick.busy(look.tables),
+        now=tick.now,
+        trigger=tick.config.trigger,
+    )
     return selection.decisions()
 
 
@@ -387,6 +393,24 @@ def test_materializing_lakehouse_health_assesses_every_table_now(
     assert metadata["least_healthy"].splitlines()[2].startswith(f"| {BUSY} |")
     recorded = instance.fetch_materializations(LAKEHOUSE_HEALTH, limit=1).records
     assert recorded and recorded[0].run_id == result.run_id
+
+
+def test_materializing_lakehouse_health_records_what_the_sensor_records(
+    lh: Lakehouse, instance: dg.DagsterInstance
+) -> None:
+    """The sensor's ``lakehouse_health`` event and the asset's own materialization carry the
+    same metadata keys: one function builds the report for both, the shared-location
+    warning included (a twin registered on IDLE's metadata file shares its location without
+    gc.enabled=false)."""
+    lh.catalog.register_table(("lakehouse", "idle_twin"), lh.table(IDLE).metadata_location)
+    sensed = _health(_tick(lh, instance))
+    assert "unsafe_sharing" in sensed
+
+    result = dg.materialize([lakehouse_health], instance=instance, resources=resources_for(lh))
+
+    assert result.success
+    [materialization] = result.asset_materializations_for_node("lakehouse_health")
+    assert sorted(materialization.metadata) == sorted(sensed)
 
 
 def test_lakehouse_health_is_recorded_when_its_verdicts_change_or_hourly_not_with_ingest(

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.assets.names import MAINTAINED_TABLE
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from tests.contract import CONTRACT_METADATA_KEYS
@@ -97,8 +97,8 @@ def test_ui_style_backfill_batch_with_check_steps_succeeds(
     small_lakehouse: Lakehouse, instance: dg.DagsterInstance
 ) -> None:
     """A backfill launched from the UI also runs the checks' own steps, over a range."""
-    from icegate_dagster.assets import MAINTAINED_TABLE_CHECKS, maintained_table
-    from icegate_dagster.partitions import iceberg_tables
+    from icegate_dagster.assets.maintained_table import MAINTAINED_TABLE_CHECKS, maintained_table
+    from icegate_dagster.assets.names import iceberg_tables
     from tests.dagster.conftest import resources_for
 
     keys = ["lakehouse.logs", "lakehouse.orders", "lakehouse.spans"]

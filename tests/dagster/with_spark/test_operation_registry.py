@@ -15,13 +15,13 @@ from icegate_dagster.assets.maintained_table import (
     maintenance_steps,
     operations_run_config,
 )
-from icegate_dagster.automation.runs import BatchEntry, batch_run_config
-from icegate_dagster.batches import build_batch_job
+from icegate_dagster.assets.names import iceberg_tables
+from icegate_dagster.assets.runs import BatchEntry, batch_run_config
 from icegate_dagster.cli.dispatch import run_cli
+from icegate_dagster.jobs.batch import build_batch_job
 from icegate_dagster.maintenance import OPERATIONS
 from icegate_dagster.maintenance.ops import OpContext, Operation
 from icegate_dagster.maintenance.results import Outcome
-from icegate_dagster.partitions import iceberg_tables
 from tests.dagster.conftest import resources_for
 from tests.lakehouse import Lakehouse
 

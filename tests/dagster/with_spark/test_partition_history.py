@@ -17,18 +17,18 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.partition_events import (
+from icegate_dagster.assets.names import (
     ASSESSMENT_SOURCE,
+    CLI_PASS_JOB,
     CLI_RUN_TAG,
     CLI_SOURCE,
+    LAKEHOUSE_HEALTH,
     MAINTAINED_TABLE,
     SOURCE_TAG,
+    iceberg_tables,
 )
-from icegate_dagster.automation.events import LAKEHOUSE_HEALTH
-from icegate_dagster.automation.runs import CLI_PASS_JOB
 from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import (
     BUSY,

@@ -8,9 +8,8 @@ from datetime import timedelta
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
+from icegate_dagster.assets.names import MAINTAINED_TABLE, iceberg_tables
 from icegate_dagster.definitions import defs
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import discovery_tick, resources_for, run_maintenance
 from tests.lakehouse import LakehouseFactory

@@ -10,15 +10,14 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.automation.runs import BATCH_JOB, BatchEntry, batch_entries
-from icegate_dagster.automation.wal_sensor import BACKLOG_TAG, wal_size_sensor
+from icegate_dagster.assets.names import BATCH_JOB, MAINTAINED_TABLE, iceberg_tables
+from icegate_dagster.assets.runs import BatchEntry, batch_entries
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
 from icegate_dagster.maintenance.wal import list_wal_files, quarantine, quarantined_files
-from icegate_dagster.partitions import iceberg_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.wal_sensor import BACKLOG_TAG, wal_size_sensor
 from tests.dagster.conftest import resources_for, run_request
 from tests.integration.test_wal_compaction import fill_wal, spark_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory

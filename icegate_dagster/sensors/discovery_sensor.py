@@ -17,15 +17,14 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import MAINTAINED_TABLE
-from icegate_dagster.automation.look import list_tables
-from icegate_dagster.automation.run_history import forget_old_runs
-from icegate_dagster.automation.runs import unfinished_run_targets
-from icegate_dagster.automation.tick import Tick
+from icegate_dagster.assets.names import ICEBERG_TABLES, MAINTAINED_TABLE, iceberg_tables
+from icegate_dagster.assets.runs import unfinished_run_targets
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
+from icegate_dagster.maintenance.trigger.look import list_tables
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.run_history import forget_old_runs
+from icegate_dagster.sensors.tick import Tick
 
 #: The key of the sensor's cursor that says where the run history's pruning goes on.
 RUNS_CURSOR = "runs_after"
@@ -180,7 +179,7 @@ def iceberg_table_discovery(
 
 def keep_run_history(context: dg.SensorEvaluationContext, tick: Tick) -> None:
     """Delete this code location's finished runs older than ``maintain.history.runs``
-    (see :mod:`~icegate_dagster.automation.run_history`), a bounded number per tick, going
+    (see :mod:`~icegate_dagster.sensors.run_history`), a bounded number per tick, going
     on where the last tick stopped (the sensor's cursor). A failure is logged, never fatal."""
     keep = tick.config.history.runs
     if keep is None:

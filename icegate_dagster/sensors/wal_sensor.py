@@ -30,13 +30,12 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from icegate_dagster.automation.look import list_tables
-from icegate_dagster.automation.requests import request_runs
-from icegate_dagster.automation.runs import BATCH_JOB, WAL_SENSOR, BatchEntry, max_runtime_tags
-from icegate_dagster.automation.tick import Tick, partitions_to_add
+from icegate_dagster.assets.names import BATCH_JOB, WAL_SENSOR, max_runtime_tags
+from icegate_dagster.assets.runs import BatchEntry
 from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.exclusion import exclusion_of
+from icegate_dagster.maintenance.trigger.look import list_tables
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.selection import waiting_since
 from icegate_dagster.maintenance.wal import (
@@ -47,6 +46,8 @@ from icegate_dagster.maintenance.wal import (
     compaction_due,
 )
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.requests import request_runs
+from icegate_dagster.sensors.tick import Tick, partitions_to_add
 
 #: On a one-table run of ``wal_size_sensor``: its backlog (the table and its oldest waiting
 #: file), the state the run answers.

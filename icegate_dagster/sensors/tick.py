@@ -1,35 +1,28 @@
-"""What every tick of the trigger's sensors shares: its deadline and clock, the stores it
-reads (the lease store and the trigger's memory), which tables are busy, the healing of
-runs whose worker is gone, and partitions for tables discovery has not added yet.
+"""What every tick of the trigger's sensors shares beyond the trigger's state
+(:class:`~icegate_dagster.assets.trigger_state.TriggerState`: its stores, clock and busy
+tables): its deadline, the healing of runs whose worker is gone, the requests no run
+answered, and partitions for tables discovery has not added yet.
 
-The clock is the lease store's database clock, the one every maintainer writes the
-trigger's memory with; a test replaces it with :func:`simulated_clock`. The trigger's
-memory waits for another writer's lock until shortly before the deadline at most
-(:data:`WRITE_RESERVE`), so a locked store ends the tick in time, saying so.
+The trigger's memory waits for another writer's lock until shortly before the deadline at
+most (:data:`WRITE_RESERVE`), so a locked store ends the tick in time, saying so.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.automation.healing import fail_dead_runs
-from icegate_dagster.automation.runs import run_targets, unfinished_runs
-from icegate_dagster.config import IcegateConfig
-from icegate_dagster.config.secrets import scrub
+from icegate_dagster.assets.names import ICEBERG_TABLES, iceberg_tables
+from icegate_dagster.assets.trigger_state import TriggerState
 from icegate_dagster.errors import describe_error
-from icegate_dagster.maintenance.leases.holder import lease_store
-from icegate_dagster.maintenance.leases.store import TableLocks
 from icegate_dagster.maintenance.trigger.records import OpenRequest, TableMemory, utc
-from icegate_dagster.maintenance.trigger.store import MemoryBusy, TriggerMemory, memory_for
-from icegate_dagster.partitions import ICEBERG_TABLES, iceberg_tables
+from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.healing import fail_dead_runs
 
 #: The share of the tick's deadline kept for ending the tick after its memory waited for a
 #: lock (making the result from what it has).
@@ -42,101 +35,30 @@ LAUNCH_GRACE_S = 180.0
 #: The tag Dagster puts on a run a sensor asked for, with the request's key.
 RUN_KEY_TAG = "dagster/run_key"
 
-_clock: contextvars.ContextVar[Callable[[], float] | None] = contextvars.ContextVar(
-    "icegate_trigger_clock", default=None
-)
-
-
-@contextlib.contextmanager
-def simulated_clock(clock: Callable[[], float]) -> Iterator[None]:
-    """Make ``clock`` (epoch seconds) the trigger's clock in this thread, for a test that
-    runs the sensors over simulated days."""
-    token = _clock.set(clock)
-    try:
-        yield
-    finally:
-        _clock.reset(token)
-
 
 @dataclass
-class Tick:
-    """One evaluation of a trigger sensor (or a run's look): its stores, clock and deadline."""
+class Tick(TriggerState):
+    """One evaluation of a trigger sensor: the trigger's state, its log and deadline."""
 
-    instance: dg.DagsterInstance
-    log: Any
-    lakehouse: LakehouseResource
-    config: IcegateConfig
+    log: Any = None
     #: ``time.monotonic()`` by which the evaluation ends.
-    deadline: float
-    locks: TableLocks | None = None
-    memory: TriggerMemory | None = None
-    #: Why the stores could not be opened (the tick goes on with what it has).
-    store_error: str | None = None
-    now: float = 0.0
-    #: What the tick says in the daemon's log (warnings first).
-    warnings: list[str] = field(default_factory=list)
-    _runs: list[Any] | None = None
+    deadline: float = math.inf
 
     @classmethod
     def start(cls, context: dg.SensorEvaluationContext, lakehouse: LakehouseResource) -> Tick:
-        """Open the stores and read the clock; the deadline starts now."""
-        return cls.open(context.instance, context.log, lakehouse)
-
-    @classmethod
-    def for_run(cls, instance: dg.DagsterInstance, lakehouse: LakehouseResource) -> Tick:
-        """The same for a run (``lakehouse_health``'s own materialization): no deadline
-        bounds its memory's lock waits (a run is not canceled at 60 s)."""
-        return cls.open(instance, None, lakehouse, bounded=False)
-
-    @classmethod
-    def open(
-        cls,
-        instance: dg.DagsterInstance,
-        log: Any,
-        lakehouse: LakehouseResource,
-        *,
-        bounded: bool = True,
-    ) -> Tick:
-        """Open the stores and read the clock; the deadline starts now (``bounded``: the
-        memory waits for a lock until shortly before it at most)."""
+        """Open the stores and read the clock; the deadline starts now, and the memory
+        waits for a lock until shortly before it at most."""
         started = time.monotonic()
         config = lakehouse.config()
-        deadline = started + config.trigger.tick_deadline.total_seconds()
-        tick = cls(instance, log, lakehouse, config, deadline)
-        try:
-            tick.locks = lease_store(config, lakehouse.catalog())
-            if tick.locks is not None:
-                tick.memory = memory_for(tick.locks.engine)
-                if bounded:
-                    reserve = config.trigger.tick_deadline.total_seconds() * WRITE_RESERVE
-                    tick.memory = tick.memory.within(deadline - reserve)
-        except Exception as exc:
-            tick.store_error = describe_error(exc, tick.scrub)
-        clock = _clock.get()
-        if clock is not None:
-            tick.now = clock()
-        else:
-            try:
-                tick.now = tick.memory.now() if tick.memory is not None else time.time()
-            except Exception as exc:
-                tick.store_error = tick.store_error or describe_error(exc, tick.scrub)
-                tick.now = time.time()
+        limit = config.trigger.tick_deadline.total_seconds()
+        deadline = started + limit
+        tick = cls(context.instance, lakehouse, config, log=context.log, deadline=deadline)
+        tick.open_stores(write_until=deadline - limit * WRITE_RESERVE)
         return tick
-
-    def scrub(self, text: str) -> str:
-        """``text`` with the configuration's secrets masked."""
-        return scrub(text, self.config)
 
     def left(self) -> float:
         """Seconds until the deadline."""
         return self.deadline - time.monotonic()
-
-    def runs(self) -> list[Any]:
-        """The unfinished runs' records, asked once per tick (the healing and the busy
-        tables share them)."""
-        if self._runs is None:
-            self._runs = unfinished_runs(self.instance)
-        return self._runs
 
     def heal(self) -> None:
         """Mark failed the ``STARTED`` runs whose worker is gone (``healing``), so queued runs
@@ -161,22 +83,6 @@ class Tick:
             self.warnings.append(
                 f"run {run.run_id} of {run.job_name}{tables} marked failed: {run.reason}"
             )
-
-    def busy(self, partitions: list[str], *, wal_only: bool = False) -> dict[str, str]:
-        """Tables an unfinished run names or another maintainer's live lease holds (one
-        question to the lease store), with which."""
-        busy = run_targets(
-            (record.dagster_run for record in self.runs()), partitions, wal_only=wal_only
-        )
-        if self.locks is not None:
-            try:
-                for table, holder in self.locks.live_leases().items():
-                    busy.setdefault(table, f"held by {holder}")
-            except Exception as exc:
-                self.warnings.append(
-                    f"cannot read the lease store's leases: {describe_error(exc, self.scrub)}"
-                )
-        return busy
 
     def count_lost(self, memory: dict[str, TableMemory], busy: dict[str, str]) -> list[str]:
         """Settle the requests no pass answered, of tables no unfinished run covers, by what

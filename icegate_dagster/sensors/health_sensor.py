@@ -4,17 +4,18 @@
    partitions yet become partitions in this tick's result.
 2. **Heal**: fail the ``STARTED`` runs whose worker is gone (``healing``).
 3. **Look** at the tables whose health may have changed, until the look budget is spent
-   (``look``); every other table keeps its last look.
+   (``trigger.look``); every other table keeps its last look.
 4. **Remember**: read the trigger's memory (every table's last request and pass, and the
    operations of the due tables and of those that keep failing) and the busy tables (one
    question to the instance, one to the lease store); a request no pass answered counts
    as a failure of its operations when its run ended, and is forgotten when Dagster never
    made one (``Tick.count_lost``).
-5. **Decide** which due tables go now (``trigger.selection``: back-off, unchanged state,
+5. **Decide** which due tables go now (``trigger.decision``: back-off, unchanged state,
    ``min_interval``, longest-waiting first within the budget), make the run requests and
    remember them with their keys (``requests``).
-6. **Record** what changed on partition pages and, when the lakehouse's verdicts changed
-   or an hour passed, ``lakehouse_health`` over every table (``events``).
+6. **Record** what changed on partition pages (``assets.partition_observations``) and,
+   when the lakehouse's verdicts changed or an hour passed, ``lakehouse_health`` over every
+   table (``assets.lakehouse_health``).
 
 The whole evaluation ends within ``maintain.trigger.tick_deadline``: the look stops at
 three quarters of it, and the cursor (a position, not per-table state) says where the next
@@ -26,37 +27,31 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 import dagster as dg
 
-from icegate_dagster.automation.events import (
+from icegate_dagster.assets.lakehouse_health import (
     LAKEHOUSE_HEARTBEAT_S,
     lakehouse_digest,
     lakehouse_event,
-    partition_events,
 )
-from icegate_dagster.automation.look import (
+from icegate_dagster.assets.names import BATCH_JOB, HEALTH_SENSOR, max_runtime_tags
+from icegate_dagster.assets.partition_observations import partition_events
+from icegate_dagster.assets.runs import BatchEntry
+from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance.trigger.decision import decide, lakehouse_report
+from icegate_dagster.maintenance.trigger.look import (
     LakehouseLook,
     list_tables,
     look_at_lakehouse,
     unsafe_sharing,
 )
-from icegate_dagster.automation.requests import request_runs
-from icegate_dagster.automation.runs import BATCH_JOB, HEALTH_SENSOR, BatchEntry, max_runtime_tags
-from icegate_dagster.automation.tick import Tick, partitions_to_add
-from icegate_dagster.errors import describe_error
-from icegate_dagster.maintenance import OPERATIONS
-from icegate_dagster.maintenance.health.summary import table_state
 from icegate_dagster.maintenance.trigger.records import TableMemory
-from icegate_dagster.maintenance.trigger.selection import (
-    LakehouseHealth,
-    Selection,
-    select_runs,
-    summarize,
-)
+from icegate_dagster.maintenance.trigger.selection import LakehouseHealth, Selection
 from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.requests import request_runs
+from icegate_dagster.sensors.tick import Tick, partitions_to_add
 
 #: The neediest table's need (100 - score) on a health trigger run.
 NEED_TAG = "icegate/need"
@@ -107,48 +102,6 @@ class HealthCursor:
 def _some(items: Sequence[str], shown: int = NAMED) -> str:
     more = f"; and {len(items) - shown} more" if len(items) > shown else ""
     return "; ".join(items[:shown]) + more
-
-
-def failing_tables(memory: dict[str, TableMemory]) -> dict[str, str]:
-    """Tables whose operation failed, or stayed due after it ran, at least twice in a row,
-    with what happened (the last error)."""
-    failing = {}
-    for table, remembered in memory.items():
-        troubled = [
-            m for m in remembered.operations.values() if m.failures >= 2 or m.ineffective >= 2
-        ]
-        if troubled:
-            failing[table] = "; ".join(m.describe() for m in troubled)
-    return failing
-
-
-def decide(
-    tick: Tick, look: LakehouseLook, memory: dict[str, TableMemory], busy: dict[str, str]
-) -> tuple[Selection, dict[str, str]]:
-    """The trigger's decision over every looked-at table (``trigger.selection``), and the
-    state of each due table (its run carries it)."""
-    healths = look.healths
-    states = {}
-    for table, health in healths.items():
-        if health.due:
-            wal = look.wal.get(table)
-            states[table] = table_state(
-                look.looks[table].metadata_location,
-                (wal.files, wal.bytes, wal.oldest) if wal is not None else None,
-                health.due,
-            )
-    selection = select_runs(
-        list(healths.values()),
-        now=tick.now,
-        trigger=tick.config.trigger,
-        min_interval={t: timedelta(seconds=h.min_interval_s) for t, h in healths.items()},
-        in_flight=busy,
-        memory=memory,
-        states=states,
-        due_since={t: s for t, seen in look.looks.items() if (s := seen.due_since) is not None},
-        runnable=OPERATIONS.names(),
-    )
-    return selection, states
 
 
 def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult | dg.SkipReason:
@@ -206,7 +159,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
     lost = tick.count_lost(memory, busy)
     if lost:
         tick.warnings.append("requests no run answered, counted as failures: " + _some(lost))
-    selection, states = decide(tick, look, memory, busy)
+    selection, states = decide(look, memory, busy, now=tick.now, trigger=config.trigger)
     backing_off = selection.skipped_as("backoff")
     if backing_off:
         tick.warnings.append(
@@ -260,14 +213,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
             f"{len(sharing)} tables share their location without gc.enabled=false: "
             + _some([f"{t} (with {', '.join(sh.overlapping)})" for t, sh in sharing.items()])
         )
-    report = summarize(
-        list(look.healths.values()),
-        tables=len(look.tables),
-        errors=look.errors,
-        selection=selection,
-        failing=failing_tables(memory),
-        unsafe_sharing={t: sh.warning() or "" for t, sh in sharing.items()},
-    )
+    report = lakehouse_report(look, selection, memory, sharing=sharing)
     events = list(page.events)
     digest = lakehouse_digest(report)
     if digest != cursor.lakehouse or tick.now - cursor.lakehouse_at >= LAKEHOUSE_HEARTBEAT_S:

@@ -1,6 +1,5 @@
-"""What the health sensor records in Dagster without a run: each table's health on its
-partition page when it changes, and ``lakehouse_health`` when the lakehouse's verdicts
-change, at least hourly.
+"""What the health sensor records on partition pages without a run: each table's health
+when it changes (``lakehouse_health``'s own event is built in :mod:`.lakehouse_health`).
 
 A table's *shown state* is what its partition page says of it: its ``healthy`` verdict
 and due operations, or the error that kept it from being read
@@ -29,34 +28,24 @@ evaluation, about 10 ms each); the rest follow at the next ticks.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
-from icegate_dagster import render
-from icegate_dagster.assets.partition_events import (
+from icegate_dagster.assets.names import (
     ASSESSMENT_SOURCE,
     MAINTAINED_TABLE,
     SOURCE_TAG,
-    health_metadata,
-    verdicts_metadata,
+    iceberg_tables,
 )
-from icegate_dagster.automation.look import LakehouseLook
+from icegate_dagster.assets.partition_events import health_metadata, verdicts_metadata
 from icegate_dagster.maintenance.health.checks import CheckOutcome, health_score_check
 from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.trigger.look import LakehouseLook
 from icegate_dagster.maintenance.trigger.records import TableMemory, error_state, shown_state
-from icegate_dagster.maintenance.trigger.selection import LakehouseHealth
-from icegate_dagster.partitions import iceberg_tables
 
-LAKEHOUSE_HEALTH = dg.AssetKey("lakehouse_health")
-LEAST_HEALTHY_COLUMNS = ("table", "score", "due operations", "why", "trigger")
-#: ``lakehouse_health`` is recorded again after this long even when nothing changed, so its
-#: plots keep a point an hour.
-LAKEHOUSE_HEARTBEAT_S = 3600.0
 #: Events one tick records at most.
 EVENTS_PER_TICK = 500
 #: On the sensor's observations: who recorded them.
@@ -218,61 +207,3 @@ def partition_events(
             events.append(observation_event(table, health, verdict, state))
         shown.append((table, state, materialized))
     return PartitionEvents(events, shown, waiting)
-
-
-# -- lakehouse_health --------------------------------------------------------------------------
-
-
-def lakehouse_digest(report: LakehouseHealth) -> str:
-    """Names the lakehouse's verdicts (``LakehouseHealth.verdicts``), to record
-    ``lakehouse_health`` when they change and not with every write's new figures."""
-    text = json.dumps(report.verdicts(), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def describe(report: LakehouseHealth) -> str:
-    """One line a person reads first."""
-    if not report.assessed:
-        return f"none of {report.tables} tables could be assessed"
-    failing = f", {len(report.failing)} failing" if report.failing else ""
-    failing += f", {len(report.excluded)} excluded" if report.excluded else ""
-    return (
-        f"{report.assessed} of {report.tables} tables assessed: {report.unhealthy} unhealthy"
-        f"{failing}, {report.tables_due} with due work, mean score {report.mean_score}"
-    )
-
-
-def lakehouse_health_metadata(report: LakehouseHealth) -> dict[str, Any]:
-    """The asset's metadata: every total as a number (so it plots), the least healthy
-    tables as a markdown table, the due operations, unreadable and failing tables as JSON."""
-    metadata: dict[str, Any] = {
-        key: dg.MetadataValue.float(float(value))
-        if isinstance(value, float)
-        else dg.MetadataValue.int(int(value))
-        for key, value in report.numbers().items()
-    }
-    metadata["summary"] = dg.MetadataValue.text(describe(report))
-    metadata["least_healthy"] = dg.MetadataValue.md(
-        render.markdown_table(LEAST_HEALTHY_COLUMNS, report.least_healthy)
-        if report.least_healthy
-        else "no tables assessed"
-    )
-    metadata["due_by_operation"] = dg.MetadataValue.json(report.due_by_operation)
-    if report.errors:
-        metadata["unreadable_tables"] = dg.MetadataValue.json(report.errors)
-    if report.failing:
-        metadata["failing_tables"] = dg.MetadataValue.json(report.failing)
-    if report.excluded:
-        metadata["excluded_tables"] = dg.MetadataValue.json(report.excluded)
-    if report.unsafe_sharing:
-        metadata["unsafe_sharing"] = dg.MetadataValue.json(report.unsafe_sharing)
-    return metadata
-
-
-def lakehouse_event(report: LakehouseHealth) -> dg.AssetMaterialization:
-    """``lakehouse_health`` recorded by the sensor (no run)."""
-    return dg.AssetMaterialization(
-        asset_key=LAKEHOUSE_HEALTH,
-        description=describe(report),
-        metadata=lakehouse_health_metadata(report),
-    )

@@ -32,15 +32,16 @@ from typing import Any
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import CLI_SOURCE, SOURCE_TAG
-from icegate_dagster.automation.runs import (
+from icegate_dagster.assets.names import (
+    CLI_SOURCE,
     CODE_LOCATION_TAG,
     MAINTENANCE_ASSETS,
     MAINTENANCE_JOBS,
     PACKAGE,
+    SOURCE_TAG,
     TRIGGER_TAG,
-    batch_entries,
 )
+from icegate_dagster.assets.runs import batch_entries
 from icegate_dagster.config import format_duration
 from icegate_dagster.maintenance.leases.process import describe_process, process_gone
 from icegate_dagster.maintenance.leases.store import RunLiveness

@@ -29,8 +29,13 @@ from datetime import datetime, timedelta
 
 import dagster as dg
 
-from icegate_dagster.assets.partition_events import CLI_SOURCE, SOURCE_TAG
-from icegate_dagster.automation.runs import CLI_PASS_JOB, MAINTENANCE_ASSETS, MAINTENANCE_JOBS
+from icegate_dagster.assets.names import (
+    CLI_PASS_JOB,
+    CLI_SOURCE,
+    MAINTENANCE_ASSETS,
+    MAINTENANCE_JOBS,
+    SOURCE_TAG,
+)
 
 #: Finished runs: nothing will write to them any more.
 FINISHED = [

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import dagster as dg
 
-from icegate_dagster.automation.runs import (
+from icegate_dagster.assets.names import (
     BATCH_JOB,
     HEALTH_SENSOR,
     STATE_TAG,
@@ -28,9 +28,8 @@ from icegate_dagster.automation.runs import (
     TABLES_TAG,
     TRIGGER_TAG,
     WAL_SENSOR,
-    BatchEntry,
-    batch_run_config,
 )
+from icegate_dagster.assets.runs import BatchEntry, batch_run_config
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.store import TriggerMemory
 
@@ -72,7 +71,7 @@ def _planned(
         start += size
         run_tags = {TRIGGER_TAG: trigger, TABLES_TAG: str(len(chunk))}
         run_tags.update(tags(chunk) if tags is not None else {})
-        run_tags.update(limits or {})  # e.g. runs.max_runtime_tags: a hung run is failed
+        run_tags.update(limits or {})  # e.g. names.max_runtime_tags: a hung run is failed
         keys = [f"{entry.table}:{decisions[entry.table]}" for entry in chunk]
         if len(chunk) == 1:
             [entry] = chunk
@@ -105,7 +104,7 @@ def sensor_run_requests(
     """Runs of ``maintenance_batch_job`` over ``entries`` in their order, up to
     ``tables_per_run`` tables each, keyed by their tables' decisions (``decisions``: table
     -> :func:`new_decisions`'s). ``tags`` adds tags to a run from its entries, ``limits``
-    to every run (:func:`~icegate_dagster.automation.runs.max_runtime_tags`). A one-table
+    to every run (:func:`~icegate_dagster.assets.names.max_runtime_tags`). A one-table
     run is keyed ``<prefix>:<table>:<decision>`` and tagged ``icegate/table`` and
     ``icegate/table_state``; a batch ``<prefix>:batch:<digest of its tables' keys>``.
     """

@@ -33,18 +33,19 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import IcegateError, describe_error
-from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.discovery import (
     LOCATIONS,
     all_overlaps,
     sql_metadata_locations,
 )
+from icegate_dagster.maintenance.health.after_pass import TableSource
 from icegate_dagster.maintenance.health.score import assess_table, next_look_at, thresholds_for
 from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.sharing import Sharing, sharing_of
 from icegate_dagster.maintenance.trigger.selection import rotation
@@ -52,12 +53,32 @@ from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
 from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
 #: A table that could not be read is tried again after this long.
 ERROR_RETRY_S = 60.0
 #: A table whose health changes with time is looked at no more often than this.
 MIN_RECHECK_S = 60.0
+
+
+class LakehouseReader(TableSource, Protocol):
+    """What the look reads the lakehouse through (a
+    :class:`~icegate_dagster.maintenance.Maintainer` does): the catalog, the tables to
+    maintain, each table and its settings."""
+
+    @property
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog."""
+        ...
+
+    def discover(self) -> list[TableRef]:
+        """Every table to maintain, listed namespace by namespace."""
+        ...
+
+    def own_tables(self) -> tuple[str, ...]:
+        """The project's own tables (the log and the orphan candidates)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +90,7 @@ class Listing:
     cheap: bool
 
 
-def list_tables(maintainer: Maintainer) -> Listing:
+def list_tables(maintainer: LakehouseReader) -> Listing:
     """Every table to maintain (the configured namespaces, ``_`` tables and the project's
     own left out), as discovery lists them; with its metadata file on a SQL catalog, from
     one query. A catalog that cannot be listed raises
@@ -153,7 +174,7 @@ class SettingsDigests:
     """Each table's settings digest (see :attr:`StoredLook.settings`), computed once per
     settings block: tables without their own block share the defaults'."""
 
-    def __init__(self, maintainer: Maintainer) -> None:
+    def __init__(self, maintainer: LakehouseReader) -> None:
         self._maintainer = maintainer
         # By the block's identity; the block is kept, so that no other takes its id.
         self._by_block: dict[int, tuple[object, str]] = {}
@@ -257,7 +278,7 @@ TABLES = TableCache()
 
 
 def look_at(
-    maintainer: Maintainer,
+    maintainer: LakehouseReader,
     key: str,
     wal: WalStats | None,
     now: float,
@@ -306,7 +327,7 @@ def look_at(
 
 
 def look_at_lakehouse(
-    maintainer: Maintainer,
+    maintainer: LakehouseReader,
     memory: TriggerMemory | None,
     now: float,
     *,

@@ -26,7 +26,7 @@ from icegate_dagster.assets.maintained_table import (
     record_tables,
 )
 from icegate_dagster.assets.maintenance_log import MAINTENANCE_LOG, log_table_report
-from icegate_dagster.automation.runs import BATCH_JOB, BATCH_PLAN, SPARK_JOB_TAGS
+from icegate_dagster.assets.names import BATCH_JOB, BATCH_PLAN, SPARK_JOB_TAGS
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.resources import LakehouseResource, SparkResource
 

@@ -1,0 +1,12 @@
+"""This code location's jobs and its schedule, the top of the Dagster layer below
+``definitions``.
+
+- :mod:`.maintenance`: ``maintenance_job`` (partitions of ``maintained_table``, then
+  ``maintenance_log``) and ``daily_maintenance``, its schedule;
+- :mod:`.batch`: ``maintenance_batch_job``, the runs the sensors request, several scattered
+  tables each;
+- :mod:`.tables`: ``migrate_job`` and ``rollback_job``;
+- :mod:`.orphans`: ``collect_orphans_job`` and ``delete_collected_orphans_job``.
+
+May import: ``resources``, ``assets``, ``sensors`` and everything below the Dagster layer.
+"""
