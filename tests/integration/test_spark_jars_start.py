@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pyiceberg.catalog.sql import SqlCatalog
+
 from icegate_dagster.spark.jars import JARS_DIR_ENV, SETUP_JARS_DIR, pinned_jars
+from tests.lakehouse import SCHEMA
 
 #: Starts the session from a config file and prints what the JVM loaded.
 PROBE = """
@@ -46,9 +49,6 @@ def _probe(config: Path, env: dict[str, str]) -> dict[str, object]:
 
 
 def test_the_jvm_loads_the_runtime_the_precedence_names(tmp_path: Path) -> None:
-    from pyiceberg.catalog.sql import SqlCatalog
-    from tests.lakehouse import SCHEMA
-
     catalog_db, warehouse = tmp_path / "catalog.db", tmp_path / "warehouse"
     catalog = SqlCatalog("lake", uri=f"sqlite:///{catalog_db}", warehouse=warehouse.as_uri())
     catalog.create_namespace("ns")
