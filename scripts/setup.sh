@@ -44,9 +44,23 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Iceberg's and Hadoop's jars by their Maven coordinates, pinned by SHA-256 in
+# icegate_dagster/spark/jars.lock: fetched once (a verified jar is never fetched again),
+# never at session start. ICEGATE_SPARK_JARS_DIR: another folder (Spark then looks there too).
+jars_dir="${ICEGATE_SPARK_JARS_DIR:-.venv/share/icegate/jars}"
+scripts/fetch-jars.sh "$jars_dir"
+# The archive below is made over these jars: a new jar set needs a new archive.
+jar_set="$(sha256sum icegate_dagster/spark/jars.lock | cut -d' ' -f1) $jars_dir"
+jar_stamp=.venv/share/icegate/spark-driver-classes.jars
+if [ ! -f "$jar_stamp" ] || [ "$(cat "$jar_stamp")" != "$jar_set" ]; then
+  rm -f .venv/share/icegate/spark-driver-classes.jsa
+fi
+
 # Spark's driver classes in a class-data sharing archive: every cold process (a CLI call, a
 # Dagster run) then starts its Spark session in about half the time. Without it, as before.
 if [ ! -f .venv/share/icegate/spark-driver-classes.jsa ]; then
   echo "setup: archiving Spark's classes for faster starts (a minute, once)"
-  .venv/bin/python -m icegate_dagster.spark.class_archive || true
+  if .venv/bin/python -m icegate_dagster.spark.class_archive; then
+    echo "$jar_set" > "$jar_stamp"
+  fi
 fi

@@ -18,9 +18,8 @@ from icegate_dagster.spark.jars import (
     SQLITE_JDBC_JAR,
     check_local_jars,
     check_s3_support,
-    iceberg_runtime_jar,
+    default_jars,
     jdbc_driver_jars,
-    user_supplies_iceberg,
 )
 from icegate_dagster.spark.jvm_options import (
     class_sharing_options,
@@ -46,9 +45,7 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     """Every Spark setting of the session, user ``spark.conf`` merged last; ``small_work``:
     the process knows its rewrites are small (:func:`local_jit_options`)."""
     user = dict(config.spark.conf)
-    jars: list[str] = []
-    if not user_supplies_iceberg(user):
-        jars.append(str(iceberg_runtime_jar()))
+    jars = [str(p) for p in default_jars(config, user)]
     jars += [str(p) for p in jdbc_driver_jars(config.catalog)]
     # The other JDBC drivers ride along when present: the process's one session must also
     # serve a catalog of the other kind registered later (jars are fixed at JVM start).

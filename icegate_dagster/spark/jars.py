@@ -1,16 +1,21 @@
 """The jars Spark's driver needs, found before its JVM starts.
 
-The Iceberg Spark runtime comes from the installed ``snowpark-connect-deps-iceberg``
-package unless the user's ``spark.jars`` or ``spark.jars.packages`` name one; the JDBC
-driver of a SQL catalog is Debian's. A catalog whose files are in S3 needs Iceberg's AWS
-bundle on Spark's class path: without it the session is refused, with the coordinates to
-add.
+Iceberg's Spark runtime, Iceberg's AWS bundle and Hadoop's S3A with its AWS SDK are Maven
+Central's own jars, pinned by coordinates and SHA-256 in ``jars.lock`` and fetched once by
+``scripts/setup.sh`` into :data:`SETUP_JARS_DIR` (or the folder ``ICEGATE_SPARK_JARS_DIR``
+names: an air-gapped host's own copy). Nothing is downloaded when a session starts. A
+user's ``spark.jars`` or ``spark.jars.packages`` naming a runtime wins. The JDBC driver of
+a SQL catalog is Debian's. A catalog whose files are in S3 needs Iceberg's AWS bundle on
+Spark's class path: without it the session is refused, with the coordinates to add.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -18,8 +23,14 @@ from icegate_dagster.catalog import catalog_kind
 from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
 
-_RUNTIME_PACKAGE = "snowpark_connect_deps_iceberg"
-_RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+#: Where ``scripts/setup.sh`` puts the pinned jars: beside the installed packages.
+SETUP_JARS_DIR = Path(sys.prefix) / "share" / "icegate" / "jars"
+#: A folder of jars that replaces :data:`SETUP_JARS_DIR` (set-up fetches into it too).
+JARS_DIR_ENV = "ICEGATE_SPARK_JARS_DIR"
+RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
+AWS_BUNDLE_ARTIFACT = "iceberg-aws-bundle"
+#: Spark's own S3 file system (S3A) and the AWS SDK it is built against.
+S3A_ARTIFACTS = ("hadoop-aws", "aws-java-sdk-bundle")
 #: The Iceberg version in a runtime jar's file name or Maven coordinates.
 _RUNTIME_VERSION = re.compile(
     r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
@@ -40,29 +51,131 @@ SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar shipped by the installed PyPI package."""
-    try:
-        folder = Path(str(resources.files(_RUNTIME_PACKAGE))) / "jars"
-    except ModuleNotFoundError:
+@dataclass(frozen=True)
+class PinnedJar:
+    """One line of ``jars.lock``: a jar by its Maven coordinates and SHA-256."""
+
+    group: str
+    artifact: str
+    version: str
+    sha256: str
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.artifact}-{self.version}.jar"
+
+
+def pinned_jars() -> list[PinnedJar]:
+    """The jars of ``jars.lock``, in its order."""
+    text = (resources.files("icegate_dagster.spark") / "jars.lock").read_text()
+    pins = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        coordinates, sha256 = line.split()[:2]
+        group, artifact, version = coordinates.split(":")
+        pins.append(PinnedJar(group, artifact, version, sha256))
+    return pins
+
+
+def _pin(artifact: str) -> PinnedJar:
+    [pin] = [p for p in pinned_jars() if p.artifact == artifact]
+    return pin
+
+
+def jars_dir() -> Path:
+    """The folder Spark's jars are taken from: ``$ICEGATE_SPARK_JARS_DIR``, else set-up's."""
+    chosen = os.environ.get(JARS_DIR_ENV, "").strip()
+    return Path(chosen).expanduser() if chosen else SETUP_JARS_DIR
+
+
+def _find_jar(artifact: str) -> Path | None:
+    """``artifact``'s jar in :func:`jars_dir`: the pinned version when it is there, else the
+    one version present (several: refused, rather than one picked by its name)."""
+    folder = jars_dir()
+    pinned = folder / _pin(artifact).file_name
+    if pinned.is_file():
+        return pinned
+    found = sorted(folder.glob(f"{artifact}-[0-9]*.jar"))
+    if len(found) > 1:
         raise SparkStartError(
-            f"the Iceberg runtime package {_RUNTIME_PACKAGE} is not installed "
-            "(pip install snowpark-connect-deps-iceberg==1.0.2), and spark.conf names no "
-            "iceberg-spark-runtime jar"
-        ) from None
-    jars = sorted(folder.glob(_RUNTIME_GLOB))
-    if not jars:
-        raise SparkStartError(f"no {_RUNTIME_GLOB} in {folder}")
-    return jars[-1]
+            f"{folder} holds several {artifact} jars ({', '.join(p.name for p in found)}): keep one"
+        )
+    return found[0] if found else None
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar in :func:`jars_dir`; a clear error when it is missing."""
+    jar = _find_jar(RUNTIME_ARTIFACT)
+    if jar is None:
+        pin = _pin(RUNTIME_ARTIFACT)
+        raise SparkStartError(
+            f"no {RUNTIME_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh (it fetches "
+            f"{pin.coordinates} from Maven Central), put {pin.file_name} in the folder "
+            f"{JARS_DIR_ENV} names, or name a runtime in spark.conf spark.jars.packages "
+            "(or its jar in spark.jars)"
+        )
+    return jar
+
+
+def s3_jars() -> list[Path]:
+    """The S3 jars in :func:`jars_dir` (Iceberg's AWS bundle, Hadoop's S3A and its AWS
+    SDK), in the lock's order: all three, or [] when any is missing."""
+    return list(_s3_jars_by_artifact().values())
+
+
+def _s3_jars_by_artifact() -> dict[str, Path]:
+    found = {a: _find_jar(a) for a in (AWS_BUNDLE_ARTIFACT, *S3A_ARTIFACTS)}
+    return {a: jar for a, jar in found.items() if jar is not None} if all(found.values()) else {}
+
+
+def s3_jars_available() -> bool:
+    """Whether :func:`s3_jars` finds every S3 jar."""
+    return bool(s3_jars())
+
+
+def uses_s3(config: IcegateConfig) -> bool:
+    """Whether the lakehouse keeps files in S3: the catalog's (:func:`s3_usage`) or the WAL."""
+    wal_root = (config.wal_root or "").lower()
+    return s3_usage(config.catalog) is not None or wal_root.startswith(_S3_SCHEMES)
+
+
+def names_artifact(conf: Mapping[str, str], artifact: str) -> bool:
+    """Whether the user's class path settings already name ``artifact`` (a jar or package)."""
+    return any(artifact in conf.get(key, "") for key in _CLASSPATH_KEYS)
+
+
+def default_jars(config: IcegateConfig, user: Mapping[str, str]) -> list[Path]:
+    """The jars of :func:`jars_dir` this session needs that the user's ``spark.conf`` does
+    not supply: the runtime, unless theirs is named (their AWS bundle must then match
+    theirs: ours is not added); the S3 jars when the lakehouse uses S3 (they are ~350 MB,
+    which Spark copies at every session start)."""
+    own_runtime = user_supplies_iceberg(user)
+    jars = [] if own_runtime else [iceberg_runtime_jar()]
+    if uses_s3(config):
+        for artifact, jar in _s3_jars_by_artifact().items():
+            if artifact == AWS_BUNDLE_ARTIFACT and own_runtime:
+                continue
+            if not names_artifact(user, artifact):
+                jars.append(jar)
+    return jars
 
 
 def iceberg_version(conf: Mapping[str, str]) -> str:
-    """The Iceberg version Spark will load: the user's runtime jar or package, else ours."""
+    """The Iceberg version Spark will load: the user's runtime jar or package, else ours
+    (the pinned one when the runtime jar is missing: the message then names that)."""
     for key in ("spark.jars.packages", "spark.jars"):
         match = _RUNTIME_VERSION.search(conf.get(key, ""))
         if match:
             return match.group(1)
-    match = _RUNTIME_VERSION.search(iceberg_runtime_jar().name)
+    jar = _find_jar(RUNTIME_ARTIFACT)
+    if jar is None:
+        return _pin(RUNTIME_ARTIFACT).version
+    match = _RUNTIME_VERSION.search(jar.name)
     if match is None:  # a renamed jar: say so rather than guess
         return "<the Iceberg version of your iceberg-spark-runtime jar>"
     return match.group(1)

@@ -4,7 +4,8 @@ Tables are made with pyiceberg in the REST catalog. Everything on the pyiceberg
 side works with no JVM: discovery, ``icegate-maintain status`` (with each table's
 health score and due operations), the discovery sensor, the WAL sensor, the health
 sensor with its ``lakehouse_health`` event, and the expiry dry run (its bytes are the
-S3 objects' sizes). Spark here has no S3 support (no AWS bundle), so a ``run`` fails
+S3 objects' sizes). Spark here has no S3 support (a folder of jars without the AWS
+bundle, ``ICEGATE_SPARK_JARS_DIR``), so a ``run`` fails
 each operation that needs Spark with one clear line naming the jar to add, changes no
 table, loses no WAL file, and still logs every outcome. The access keys appear in no
 output.
@@ -53,7 +54,7 @@ from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
 from icegate_dagster.sensors.health_sensor import table_health_sensor
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.conf import build_spark_conf
-from icegate_dagster.spark.jars import iceberg_runtime_jar
+from icegate_dagster.spark.jars import JARS_DIR_ENV, iceberg_runtime_jar
 from tests.lakehouse import SCHEMA, SPEC, batch
 from tests.lease_holder import beating_in_another_process, held_by_another_process
 from tests.surfaces.seaweedfs_server import REGION, SeaweedServer, seaweedfs_fixture  # noqa: F401
@@ -86,6 +87,13 @@ def _bundle_version() -> str:
 AWS_BUNDLE = f"org.apache.iceberg:iceberg-aws-bundle:{_bundle_version()}"
 
 
+def runtime_only(folder: Path) -> Path:
+    """A folder of jars holding Iceberg's runtime and no S3 jar: Spark without S3."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / iceberg_runtime_jar().name).symlink_to(iceberg_runtime_jar())
+    return folder
+
+
 @dataclass
 class RestLakehouse:
     """Tables in the REST catalog, an ``icegate.yaml`` naming it, and every output seen."""
@@ -100,8 +108,12 @@ class RestLakehouse:
     def config(self) -> IcegateConfig:
         return load_config(self.config_path)
 
-    def cli(self, *args: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, config: Path | None = None, jars_dir: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        if jars_dir is not None:  # Spark's jars from this folder (ICEGATE_SPARK_JARS_DIR)
+            env[JARS_DIR_ENV] = str(jars_dir)
         proc = subprocess.run(
             [str(CLI), *args, "--config", str(config or self.config_path)],
             capture_output=True,
@@ -496,11 +508,13 @@ def test_expiry_dry_run_reports_the_bytes_the_s3_objects_take(rest: RestLakehous
     rest.outputs += [proc.stdout, proc.stderr]
 
 
-def test_run_fails_each_table_cleanly_naming_the_aws_bundle(rest: RestLakehouse) -> None:
+def test_run_fails_each_table_cleanly_naming_the_aws_bundle(
+    rest: RestLakehouse, tmp_path: Path
+) -> None:
     wal_before = rest.fill_wal(BACKLOG, files=MIN_WAL_FILES)
     before = {key: rest.state(key) for key in TABLES}
 
-    proc = rest.cli("run")
+    proc = rest.cli("run", jars_dir=runtime_only(tmp_path / "jars"))
 
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -531,8 +545,11 @@ def test_run_fails_each_table_cleanly_naming_the_aws_bundle(rest: RestLakehouse)
     rest.assert_no_secrets()
 
 
-def test_spark_settings_refuse_s3_without_an_aws_bundle(tmp_path: Path) -> None:
+def test_spark_settings_refuse_s3_without_an_aws_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The check runs before any JVM: what counts as S3, and what counts as S3 support."""
+    monkeypatch.setenv(JARS_DIR_ENV, str(runtime_only(tmp_path / "jars")))
 
     def conf(catalog: dict[str, str], spark_conf: dict[str, str] | None = None) -> Any:
         raw = {"catalog": {"name": "c", **catalog}, "spark": {"conf": spark_conf or {}}}

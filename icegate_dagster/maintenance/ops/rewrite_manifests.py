@@ -1,7 +1,8 @@
 """``rewrite_manifests``: cluster manifests by partition, so planning reads fewer of them.
 
-Not on tables that keep row lineage (format version 3): on the pinned Iceberg 1.10.2 a
-manifest rewrite can renumber their rows' ``_row_id`` (see :func:`row_lineage_reason`).
+Not on tables that keep row lineage (format version 3): on Iceberg before 1.12.0 (a
+user's own runtime may be one) a manifest rewrite can renumber their rows' ``_row_id``
+(see :func:`row_lineage_reason`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ ROW_LINEAGE_FORMAT_VERSION = 3
 def row_lineage_reason(format_version: int) -> str | None:
     """Why the manifest rewrite leaves a table of ``format_version`` alone, or ``None``.
 
-    Tables with row lineage (format version 3) are skipped on the pinned Iceberg 1.10.2:
-    Spark's ``rewrite_manifests`` drops each entry's ``first_row_id``, so every row moved
-    to a new manifest gets a new ``_row_id`` (apache/iceberg#16699, fixed in no release
-    yet; reproduced here). The table API's rewrite on the driver relies on core's row-ID
+    Tables with row lineage (format version 3) are skipped: before Iceberg 1.12.0, Spark's
+    ``rewrite_manifests`` drops each entry's ``first_row_id``, so every row moved to a new
+    manifest gets a new ``_row_id`` (apache/iceberg#16699, reproduced on 1.10.2). The
+    pinned 1.12.0 carries the fix, but a user's ``spark.jars`` may load an older runtime,
+    which nothing knows before the JVM starts (the health trigger has none).
+    The table API's rewrite on the driver relies on core's row-ID
     fix for merged manifests (apache/iceberg#16263, in 1.10.2 as backport #16304); it is
     held to the same rule, so a table's row IDs never depend on which path its size picks.
     """
@@ -35,11 +38,11 @@ def row_lineage_reason(format_version: int) -> str | None:
         return None
     return (
         f"format-version {format_version} table: its rows carry lineage (_row_id, "
-        "_last_updated_sequence_number), which a manifest rewrite on Iceberg 1.10.2 can "
-        "renumber (the rewrite_manifests procedure drops first_row_id: apache/iceberg#16699, "
-        "fixed in no release yet; manifest merging gave existing entries new row IDs: "
-        "apache/iceberg#16263, fixed in 1.10.2 by backport #16304): manifests of v3 tables "
-        "are not rewritten until the runtime carries the fix of #16699"
+        "_last_updated_sequence_number), which a manifest rewrite on Iceberg before 1.12.0 "
+        "can renumber (the rewrite_manifests procedure drops first_row_id: "
+        "apache/iceberg#16699, fixed in 1.12.0; manifest merging gave existing entries new "
+        "row IDs: apache/iceberg#16263, fixed in 1.11.0 and 1.10.2): manifests of v3 tables "
+        "are not rewritten while a runtime older than 1.12.0 may be loaded"
     )
 
 
