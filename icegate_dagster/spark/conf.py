@@ -17,8 +17,8 @@ from icegate_dagster.spark.jars import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
     check_local_jars,
-    check_s3_support,
     iceberg_runtime_jar,
+    iceberg_version,
     jdbc_driver_jars,
     user_supplies_iceberg,
 )
@@ -26,6 +26,12 @@ from icegate_dagster.spark.jvm_options import (
     class_sharing_options,
     local_gc_options,
     local_jit_options,
+)
+from icegate_dagster.spark.s3_file_io import (
+    aws_bundle_jar,
+    check_s3_support,
+    s3_jars_named,
+    s3_usage,
 )
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -47,8 +53,14 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     the process knows its rewrites are small (:func:`local_jit_options`)."""
     user = dict(config.spark.conf)
     jars: list[str] = []
-    if not user_supplies_iceberg(user):
+    own_runtime = user_supplies_iceberg(user)
+    if not own_runtime:
         jars.append(str(iceberg_runtime_jar()))
+        # S3FileIO's AWS SDK, for a catalog in S3, unless the user brings S3 jars; a
+        # user's own runtime brings its own bundle (of its version).
+        bundle = aws_bundle_jar()
+        if bundle and s3_usage(config.catalog) and not s3_jars_named(user):
+            jars.append(str(bundle))
     jars += [str(p) for p in jdbc_driver_jars(config.catalog)]
     # The other JDBC drivers ride along when present: the process's one session must also
     # serve a catalog of the other kind registered later (jars are fixed at JVM start).
@@ -88,5 +100,5 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     conf[NO_SUBSTITUTION] = "false"  # names and messages are data, never expanded
     conf[NANOS_AS_LONG] = "true"  # WAL nanoseconds as longs, session-wide (see NANOS_AS_LONG)
     check_local_jars(conf.get("spark.jars", ""))
-    check_s3_support(config, conf)
+    check_s3_support(config, conf, iceberg_version(conf), own_runtime=own_runtime)
     return conf

@@ -2,9 +2,7 @@
 
 The Iceberg Spark runtime comes from the installed ``snowpark-connect-deps-iceberg``
 package unless the user's ``spark.jars`` or ``spark.jars.packages`` name one; the JDBC
-driver of a SQL catalog is Debian's. A catalog whose files are in S3 needs Iceberg's AWS
-bundle on Spark's class path: without it the session is refused, with the coordinates to
-add.
+driver of a SQL catalog is Debian's. S3 support: :mod:`.s3_file_io`.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from icegate_dagster.catalog import catalog_kind
-from icegate_dagster.config import CatalogSettings, IcegateConfig
+from icegate_dagster.config import CatalogSettings
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
 
 _RUNTIME_PACKAGE = "snowpark_connect_deps_iceberg"
@@ -24,18 +22,6 @@ _RUNTIME_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
 _RUNTIME_VERSION = re.compile(
     r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
 )
-#: What gives Spark an S3 file system: Iceberg's AWS bundle (S3FileIO with the AWS SDK),
-#: the AWS SDK itself, or Hadoop's S3A connector.
-_S3_SUPPORT = ("iceberg-aws-bundle", "software.amazon.awssdk", "hadoop-aws", "aws-java-sdk-bundle")
-#: Where such a jar may be named.
-_CLASSPATH_KEYS = (
-    "spark.jars",
-    "spark.jars.packages",
-    "spark.driver.extraClassPath",
-    "spark.executor.extraClassPath",
-)
-#: Locations Iceberg's Java side reads through an S3 file system.
-_S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
@@ -66,25 +52,6 @@ def iceberg_version(conf: Mapping[str, str]) -> str:
     if match is None:  # a renamed jar: say so rather than guess
         return "<the Iceberg version of your iceberg-spark-runtime jar>"
     return match.group(1)
-
-
-def check_s3_support(config: IcegateConfig, conf: Mapping[str, str]) -> None:
-    """Refuse, before the JVM starts, a catalog in S3 when Spark has no S3 file system.
-
-    Without Iceberg's AWS bundle every Spark read or write of the catalog's files fails
-    deep in Java (``No FileSystem for scheme "s3"``); this says what to add instead.
-    """
-    reason = s3_usage(config.catalog)
-    if reason is None:
-        return
-    named = " ".join(conf.get(key, "") for key in _CLASSPATH_KEYS)
-    if any(jar in named for jar in _S3_SUPPORT):
-        return
-    raise SparkStartError(
-        f"catalog {config.catalog.name!r} keeps its files in S3 ({reason}) but Spark has no "
-        "S3 support: add org.apache.iceberg:iceberg-aws-bundle:"
-        f"{iceberg_version(conf)} to spark.conf spark.jars.packages (or its jar to spark.jars)"
-    )
 
 
 def user_supplies_iceberg(conf: Mapping[str, str]) -> bool:
@@ -122,19 +89,3 @@ def check_local_jars(jars: str) -> None:
         path = Path(entry.removeprefix("file://").removeprefix("file:"))
         if not path.is_file():
             raise SparkStartError(f"spark.jars entry {entry!r} does not exist")
-
-
-def s3_usage(settings: CatalogSettings) -> str | None:
-    """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
-    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
-    props = settings.properties
-    warehouse = props.get("warehouse", "")
-    if warehouse.lower().startswith(_S3_SCHEMES):
-        return f"its warehouse is {warehouse}"
-    io_impl = props.get("io-impl", "")
-    if io_impl.endswith("S3FileIO"):
-        return f"its io-impl is {io_impl}"
-    s3_keys = sorted(key for key in props if key.startswith("s3."))
-    if s3_keys:
-        return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"
-    return None
