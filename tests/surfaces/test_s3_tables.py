@@ -29,9 +29,11 @@ import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.table import Table
 
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.log.writer import read_log
+from icegate_dagster.maintenance.orphans import listing
 from icegate_dagster.spark.session import get_spark, stop_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import SCHEMA, SPEC, batch
@@ -158,14 +160,33 @@ def _write_config(root: Path, catalog: dict[str, str], namespace: str, log: str 
     return path
 
 
+def _create_table(catalog: Catalog, key: str, appends: int) -> None:
+    """``key`` written by pyiceberg: ``appends`` small appends, a file and a snapshot each."""
+    table = catalog.create_table(TableRef.parse(key).identifier, SCHEMA, partition_spec=SPEC)
+    for i in range(appends):
+        table.append(batch(i * 10, ("api",), rows_per_service=3))
+
+
+def _plant_orphans(lake: S3Lake, key: str) -> tuple[str, str]:
+    """An unreferenced object in ``key``'s data folder older than the 24 h floor (through the
+    filer), and a young one (through S3)."""
+    server = lake.server
+    data = f"{lake.table(key).location()}/data"
+    old = f"{data}/old-orphan-{secrets.token_hex(4)}.parquet"
+    plant_old_object(server, server.table_bucket, old.split("/", 3)[3], b"PAR1 old PAR1", OLD_S)
+    young = f"{data}/young-orphan-{secrets.token_hex(4)}.parquet"
+    with _s3(server).open_output_stream(young.split("://", 1)[1]) as out:
+        out.write(b"PAR1 young PAR1")
+    assert _exists(server, old) and _exists(server, young)
+    return old, young
+
+
 @pytest.fixture
 def rest_lake(seaweedfs: SeaweedServer, keys_in_environment: None, tmp_path: Path) -> S3Lake:
     """``orders`` behind the REST catalog, ``APPENDS`` small appends by pyiceberg."""
     catalog = load_catalog("s3_rest", **seaweedfs.catalog_properties())
     catalog.create_namespace_if_not_exists(NAMESPACE)
-    table = catalog.create_table(TableRef.parse(ORDERS).identifier, SCHEMA, partition_spec=SPEC)
-    for i in range(APPENDS):
-        table.append(batch(i * 10, ("api",), rows_per_service=3))
+    _create_table(catalog, ORDERS, APPENDS)
     config_path = _write_config(tmp_path, seaweedfs.catalog_block("s3_rest"), NAMESPACE, LOG_TABLE)
     assert seaweedfs.access_key not in config_path.read_text()
     return S3Lake(seaweedfs, tmp_path, config_path, catalog)
@@ -229,14 +250,7 @@ def test_a_cold_run_maintains_an_s3_table_behind_the_rest_catalog(rest_lake: S3L
     assert len(data_files) == APPENDS
     appended = {s.snapshot_id for s in table.metadata.snapshots}
     rows = lake.rows(ORDERS)
-    old_orphan = f"{location}/data/old-orphan-{secrets.token_hex(4)}.parquet"
-    plant_old_object(
-        server, server.table_bucket, old_orphan.split("/", 3)[3], b"PAR1 old PAR1", OLD_S
-    )
-    young_orphan = f"{location}/data/young-orphan-{secrets.token_hex(4)}.parquet"
-    with _s3(server).open_output_stream(young_orphan.split("://", 1)[1]) as out:
-        out.write(b"PAR1 young PAR1")
-    assert _exists(server, old_orphan) and _exists(server, young_orphan)
+    old_orphan, young_orphan = _plant_orphans(lake, ORDERS)
     time.sleep(1.2)  # every appended snapshot passes the 1 s threshold
 
     done, ps = lake.cold_run()
@@ -271,6 +285,31 @@ def test_a_cold_run_maintains_an_s3_table_behind_the_rest_catalog(rest_lake: S3L
     logged = {(r["operation"], r["status"]) for r in log_rows if r["table_name"] == ORDERS}
     assert {("optimize", "completed"), ("expire_snapshots", "completed")} <= logged
     _no_secret_anywhere(lake, done, ps, log_rows)
+
+
+def test_icebergs_orphan_procedure_lists_s3_through_the_tables_file_io(
+    rest_lake: S3Lake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table with more manifests than the driver reads (here: any) asks Iceberg's
+    ``remove_orphan_files``, which lists S3 through S3FileIO: Spark has no Hadoop file
+    system for ``s3://``."""
+    lake, key = rest_lake, f"{NAMESPACE}.returns"
+    _create_table(lake.catalog, key, appends=3)
+    old, young = _plant_orphans(lake, key)
+    rows = lake.rows(key)
+    monkeypatch.setattr(listing, "MAX_MANIFESTS", 0)
+    args = ["orphans", "--config", str(lake.config_path), "--table", key, "--json"]
+    try:
+        assert run_cli(args) == 0, capsys.readouterr()
+    finally:
+        stop_spark()
+    [done] = json.loads(capsys.readouterr().out)["tables"][0]["ops"]
+
+    assert done["status"] == "completed", done
+    assert "procedure_s" in done["output"], done  # Iceberg's procedure decided
+    assert done["output"]["orphan_files"] == [old]
+    assert not _exists(lake.server, old) and _exists(lake.server, young)
+    assert lake.rows(key) == rows
 
 
 def test_a_cold_run_maintains_a_sql_catalogs_table_in_s3(
