@@ -193,7 +193,8 @@ def rest_lake(seaweedfs: SeaweedServer, keys_in_environment: None, tmp_path: Pat
 
 
 def _op(report: dict[str, Any], operation: str) -> dict[str, Any]:
-    [op] = [op for op in report["ops"] if op["operation"] == operation]
+    ops: list[dict[str, Any]] = [op for op in report["ops"] if op["operation"] == operation]
+    [op] = ops
     return op
 
 
