@@ -183,10 +183,9 @@ def _plant_orphans(lake: S3Lake, key: str) -> tuple[str, str]:
 
 @pytest.fixture
 def rest_lake(seaweedfs: SeaweedServer, keys_in_environment: None, tmp_path: Path) -> S3Lake:
-    """``orders`` behind the REST catalog, ``APPENDS`` small appends by pyiceberg."""
+    """The REST catalog's namespace for these tests, and an ``icegate.yaml`` naming it."""
     catalog = load_catalog("s3_rest", **seaweedfs.catalog_properties())
     catalog.create_namespace_if_not_exists(NAMESPACE)
-    _create_table(catalog, ORDERS, APPENDS)
     config_path = _write_config(tmp_path, seaweedfs.catalog_block("s3_rest"), NAMESPACE, LOG_TABLE)
     assert seaweedfs.access_key not in config_path.read_text()
     return S3Lake(seaweedfs, tmp_path, config_path, catalog)
@@ -245,6 +244,7 @@ def _no_secret_anywhere(
 
 def test_a_cold_run_maintains_an_s3_table_behind_the_rest_catalog(rest_lake: S3Lake) -> None:
     lake, server = rest_lake, rest_lake.server
+    _create_table(lake.catalog, ORDERS, APPENDS)
     table = lake.table(ORDERS)
     location = table.location()
     data_files = set(table.inspect.files()["file_path"].to_pylist())
@@ -294,7 +294,19 @@ def test_icebergs_orphan_procedure_lists_s3_through_the_tables_file_io(
     """A table with more manifests than the driver reads (here: any) asks Iceberg's
     ``remove_orphan_files``, which lists S3 through S3FileIO: Spark has no Hadoop file
     system for ``s3://``."""
-    lake, key = rest_lake, f"{NAMESPACE}.returns"
+    # A namespace of its own: the cold run above maintains every table of NAMESPACE.
+    namespace = f"{NAMESPACE}_orphans"
+    key = f"{namespace}.returns"
+    folder = rest_lake.root / namespace
+    folder.mkdir()
+    block = rest_lake.server.catalog_block("s3_rest")
+    lake = S3Lake(
+        rest_lake.server,
+        folder,
+        _write_config(folder, block, namespace, LOG_TABLE),
+        rest_lake.catalog,
+    )
+    lake.catalog.create_namespace_if_not_exists(namespace)
     _create_table(lake.catalog, key, appends=3)
     old, young = _plant_orphans(lake, key)
     rows = lake.rows(key)
