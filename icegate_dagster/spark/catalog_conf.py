@@ -3,7 +3,9 @@ same name.
 
 Spark gets Iceberg's ``SparkCatalog`` with the catalog's name (the name is stored in the
 catalog database, so both engines must agree) and the JDBC URL derived from the
-SQLAlchemy URI; the other properties pass through, but for pyiceberg's own.
+SQLAlchemy URI; the other properties pass through, but for pyiceberg's own. A catalog
+whose files live in S3 also gets what Iceberg's ``S3FileIO`` needs to reach them
+(:func:`~icegate_dagster.spark.s3_file_io.s3_catalog_properties`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from icegate_dagster.catalog import catalog_kind, sqlite_path
 from icegate_dagster.config import CatalogSettings
+from icegate_dagster.spark.s3_file_io import s3_catalog_properties
 
 #: pyiceberg-only properties that mean nothing to Iceberg's Java catalogs.
 _PYICEBERG_ONLY = {"uri", "type", "echo", "pool_pre_ping", "init_catalog_tables", "py-io-impl"}
@@ -52,7 +55,6 @@ def spark_catalog_conf(settings: CatalogSettings) -> dict[str, str]:
     for key, value in settings.properties.items():
         if key not in _PYICEBERG_ONLY:
             conf[f"{prefix}.{key}"] = value
-    # pyiceberg's s3.region is client.region to Iceberg's Java S3FileIO (AWS bundle).
-    if "s3.region" in settings.properties and "client.region" not in settings.properties:
-        conf[f"{prefix}.client.region"] = settings.properties["s3.region"]
+    for key, value in s3_catalog_properties(settings).items():
+        conf[f"{prefix}.{key}"] = value
     return conf

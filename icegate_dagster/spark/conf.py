@@ -17,15 +17,18 @@ from icegate_dagster.spark.jars import (
     POSTGRES_JDBC_JAR,
     SQLITE_JDBC_JAR,
     check_local_jars,
-    check_s3_support,
     default_jars,
+    iceberg_version,
+    jars_dir,
     jdbc_driver_jars,
+    user_supplies_iceberg,
 )
 from icegate_dagster.spark.jvm_options import (
     class_sharing_options,
     local_gc_options,
     local_jit_options,
 )
+from icegate_dagster.spark.s3_file_io import check_s3_support
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -45,6 +48,7 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     """Every Spark setting of the session, user ``spark.conf`` merged last; ``small_work``:
     the process knows its rewrites are small (:func:`local_jit_options`)."""
     user = dict(config.spark.conf)
+    own_runtime = user_supplies_iceberg(user)
     jars = [str(p) for p in default_jars(config, user)]
     jars += [str(p) for p in jdbc_driver_jars(config.catalog)]
     # The other JDBC drivers ride along when present: the process's one session must also
@@ -85,5 +89,7 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     conf[NO_SUBSTITUTION] = "false"  # names and messages are data, never expanded
     conf[NANOS_AS_LONG] = "true"  # WAL nanoseconds as longs, session-wide (see NANOS_AS_LONG)
     check_local_jars(conf.get("spark.jars", ""))
-    check_s3_support(config, conf)
+    check_s3_support(
+        config, conf, iceberg_version(conf), own_runtime=own_runtime, jars_folder=jars_dir()
+    )
     return conf

@@ -5,8 +5,8 @@ Central's own jars, pinned by coordinates and SHA-256 in ``jars.lock`` and fetch
 ``scripts/setup.sh`` into :data:`SETUP_JARS_DIR` (or the folder ``ICEGATE_SPARK_JARS_DIR``
 names: an air-gapped host's own copy). Nothing is downloaded when a session starts. A
 user's ``spark.jars`` or ``spark.jars.packages`` naming a runtime wins. The JDBC driver of
-a SQL catalog is Debian's. A catalog whose files are in S3 needs Iceberg's AWS bundle on
-Spark's class path: without it the session is refused, with the coordinates to add.
+a SQL catalog is Debian's. A lakehouse in S3 gets the S3 jars too (:func:`default_jars`);
+what its catalog needs on Spark's side, and the refusal without them: :mod:`.s3_file_io`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from icegate_dagster.catalog import catalog_kind
 from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
+from icegate_dagster.spark.s3_file_io import CLASSPATH_KEYS, S3_SCHEMES, s3_usage
 
 #: Where ``scripts/setup.sh`` puts the pinned jars: beside the installed packages.
 SETUP_JARS_DIR = Path(sys.prefix) / "share" / "icegate" / "jars"
@@ -35,18 +36,6 @@ S3A_ARTIFACTS = ("hadoop-aws", "aws-java-sdk-bundle")
 _RUNTIME_VERSION = re.compile(
     r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
 )
-#: What gives Spark an S3 file system: Iceberg's AWS bundle (S3FileIO with the AWS SDK),
-#: the AWS SDK itself, or Hadoop's S3A connector.
-_S3_SUPPORT = ("iceberg-aws-bundle", "software.amazon.awssdk", "hadoop-aws", "aws-java-sdk-bundle")
-#: Where such a jar may be named.
-_CLASSPATH_KEYS = (
-    "spark.jars",
-    "spark.jars.packages",
-    "spark.driver.extraClassPath",
-    "spark.executor.extraClassPath",
-)
-#: Locations Iceberg's Java side reads through an S3 file system.
-_S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
@@ -122,6 +111,11 @@ def iceberg_runtime_jar() -> Path:
     return jar
 
 
+def aws_bundle_jar() -> Path | None:
+    """Iceberg's AWS bundle in :func:`jars_dir` (``S3FileIO`` with its AWS SDK), or None."""
+    return _find_jar(AWS_BUNDLE_ARTIFACT)
+
+
 def s3_jars() -> list[Path]:
     """The S3 jars in :func:`jars_dir` (Iceberg's AWS bundle, Hadoop's S3A and its AWS
     SDK), in the lock's order: all three, or [] when any is missing."""
@@ -141,12 +135,12 @@ def s3_jars_available() -> bool:
 def uses_s3(config: IcegateConfig) -> bool:
     """Whether the lakehouse keeps files in S3: the catalog's (:func:`s3_usage`) or the WAL."""
     wal_root = (config.wal_root or "").lower()
-    return s3_usage(config.catalog) is not None or wal_root.startswith(_S3_SCHEMES)
+    return s3_usage(config.catalog) is not None or wal_root.startswith(S3_SCHEMES)
 
 
 def names_artifact(conf: Mapping[str, str], artifact: str) -> bool:
     """Whether the user's class path settings already name ``artifact`` (a jar or package)."""
-    return any(artifact in conf.get(key, "") for key in _CLASSPATH_KEYS)
+    return any(artifact in conf.get(key, "") for key in CLASSPATH_KEYS)
 
 
 def default_jars(config: IcegateConfig, user: Mapping[str, str]) -> list[Path]:
@@ -179,25 +173,6 @@ def iceberg_version(conf: Mapping[str, str]) -> str:
     if match is None:  # a renamed jar: say so rather than guess
         return "<the Iceberg version of your iceberg-spark-runtime jar>"
     return match.group(1)
-
-
-def check_s3_support(config: IcegateConfig, conf: Mapping[str, str]) -> None:
-    """Refuse, before the JVM starts, a catalog in S3 when Spark has no S3 file system.
-
-    Without Iceberg's AWS bundle every Spark read or write of the catalog's files fails
-    deep in Java (``No FileSystem for scheme "s3"``); this says what to add instead.
-    """
-    reason = s3_usage(config.catalog)
-    if reason is None:
-        return
-    named = " ".join(conf.get(key, "") for key in _CLASSPATH_KEYS)
-    if any(jar in named for jar in _S3_SUPPORT):
-        return
-    raise SparkStartError(
-        f"catalog {config.catalog.name!r} keeps its files in S3 ({reason}) but Spark has no "
-        "S3 support: add org.apache.iceberg:iceberg-aws-bundle:"
-        f"{iceberg_version(conf)} to spark.conf spark.jars.packages (or its jar to spark.jars)"
-    )
 
 
 def user_supplies_iceberg(conf: Mapping[str, str]) -> bool:
@@ -235,19 +210,3 @@ def check_local_jars(jars: str) -> None:
         path = Path(entry.removeprefix("file://").removeprefix("file:"))
         if not path.is_file():
             raise SparkStartError(f"spark.jars entry {entry!r} does not exist")
-
-
-def s3_usage(settings: CatalogSettings) -> str | None:
-    """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
-    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
-    props = settings.properties
-    warehouse = props.get("warehouse", "")
-    if warehouse.lower().startswith(_S3_SCHEMES):
-        return f"its warehouse is {warehouse}"
-    io_impl = props.get("io-impl", "")
-    if io_impl.endswith("S3FileIO"):
-        return f"its io-impl is {io_impl}"
-    s3_keys = sorted(key for key in props if key.startswith("s3."))
-    if s3_keys:
-        return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"
-    return None

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import dagster as dg
@@ -26,6 +25,7 @@ from icegate_dagster.config import load_config
 from icegate_dagster.definitions import defs
 from icegate_dagster.resources import LakehouseResource, SparkResource
 from tests.lakehouse import Lakehouse, LakehouseFactory
+from tests.ps_sampler import PsSampler
 
 SECRETS = {
     # A secret-looking key of the catalog, in spark.conf and in the catalog block.
@@ -43,36 +43,6 @@ LITERAL_SECRETS = {
     "jdbc": "jdbc-query-SECRET-6a90f3",
 }
 MAINTAIN = Path(sys.executable).parent / "icegate-maintain"
-
-
-class _PsSampler:
-    """Every process command line on the machine, sampled every ~50 ms in a thread."""
-
-    def __init__(self) -> None:
-        self.lines: set[str] = set()
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            out = subprocess.run(  # noqa: S603
-                ["ps", "-ww", "-eo", "args"],  # noqa: S607
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
-            self.lines.update(out.splitlines())
-            self.samples += 1
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> _PsSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 def test_no_secret_on_a_command_line(
@@ -112,7 +82,7 @@ def test_no_secret_on_a_command_line(
     env = dict(os.environ)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
 
-    with _PsSampler() as ps:
+    with PsSampler() as ps:
         done = subprocess.run(  # noqa: S603
             [str(MAINTAIN), "run", "--config", str(config_path)],
             cwd=tmp_path,

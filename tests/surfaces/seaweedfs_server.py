@@ -30,7 +30,10 @@ import os
 import re
 import secrets
 import shutil
+import struct
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -81,6 +84,10 @@ class SeaweedServer:
     secret_key: str
     table_bucket: str
     log_path: Path
+    #: ``host:port.grpcPort`` of its master and filer, for ``weed shell``
+    #: (:func:`plant_old_object`).
+    master_address: str
+    filer_address: str
 
     @property
     def warehouse(self) -> str:
@@ -120,6 +127,72 @@ class SeaweedServer:
             "s3.region": REGION,
             "s3.path-style-access": "true",
         }
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | 0x80 if value else low)
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    """One protobuf field: a varint, or length-delimited bytes."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _full_entry(folder: str, name: str, mtime: int, content: bytes | None) -> bytes:
+    """A ``filer_pb.FullEntry`` as ``fs.meta.save`` writes it (length first): a file of
+    ``content`` (kept inline), or with ``content`` None a folder."""
+    mode = 0o660 if content is not None else (1 << 31) | 0o755  # os.ModeDir
+    attributes = _field(2, mtime) + _field(3, mode) + _field(6, mtime)
+    entry = _field(1, name.encode())
+    if content is None:
+        entry += _field(2, 1) + _field(4, attributes)
+    else:
+        entry += _field(4, _field(1, len(content)) + attributes) + _field(9, content)
+    full = _field(1, folder.encode()) + _field(2, entry)
+    return struct.pack(">I", len(full)) + full
+
+
+def plant_old_object(
+    server: SeaweedServer, bucket: str, key: str, content: bytes, age_s: int
+) -> None:
+    """Put ``s3://bucket/key`` on the server with a Last-Modified ``age_s`` seconds ago.
+
+    S3 has no way to back-date an object, so it goes in through the filer's own metadata:
+    ``weed shell``'s ``fs.meta.load`` creates the entry with the modification time given
+    (S3 reports the entry's mtime as Last-Modified). The object's folder follows it in the
+    same file, re-created as it is: ``fs.meta.load`` waits for files it loads only
+    before a folder (it would exit before the file's entry were written).
+    """
+    path = f"/buckets/{bucket}/{key}"
+    folder, name = path.rsplit("/", 1)
+    parent, folder_name = folder.rsplit("/", 1)
+    now = int(time.time())
+    meta = server.root / f"old-{secrets.token_hex(4)}.meta"
+    meta.write_bytes(
+        _full_entry(folder, name, now - age_s, content)
+        + _full_entry(parent, folder_name, now, None)
+    )
+    done = subprocess.run(
+        [
+            str(weed_binary()),
+            "shell",
+            f"-master={server.master_address}",
+            f"-filer={server.filer_address}",
+        ],
+        input=f"fs.meta.load {meta}\nexit\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"{meta} is loaded" in done.stdout, done.stdout + done.stderr
 
 
 def _free_ports(count: int) -> tuple[list[int], int]:
@@ -190,6 +263,8 @@ def _launch(
         secret_key=secret_key,
         table_bucket=bucket,
         log_path=log_path,
+        master_address=f"127.0.0.1:{master}.{master_grpc}",
+        filer_address=f"127.0.0.1:{filer}.{filer_grpc}",
     )
     return process, server
 

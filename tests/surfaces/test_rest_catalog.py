@@ -4,11 +4,11 @@ Tables are made with pyiceberg in the REST catalog. Everything on the pyiceberg
 side works with no JVM: discovery, ``icegate-maintain status`` (with each table's
 health score and due operations), the discovery sensor, the WAL sensor, the health
 sensor with its ``lakehouse_health`` event, and the expiry dry run (its bytes are the
-S3 objects' sizes). Spark here has no S3 support (a folder of jars without the AWS
-bundle, ``ICEGATE_SPARK_JARS_DIR``), so a ``run`` fails
-each operation that needs Spark with one clear line naming the jar to add, changes no
-table, loses no WAL file, and still logs every outcome. The access keys appear in no
-output.
+S3 objects' sizes). Without an S3 client on Spark's class path (a ``spark.conf`` that
+brings its own Iceberg runtime and no AWS bundle) a ``run`` fails each operation that
+needs Spark with one clear line naming the jar to add, changes no table, loses no WAL
+file, and still logs every outcome; with set-up's bundle Spark maintains these tables
+(``test_s3_tables.py``). The access keys appear in no output.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from icegate_dagster.assets.names import (
 )
 from icegate_dagster.assets.runs import BatchEntry, batch_entries, batch_run_config
 from icegate_dagster.config import IcegateConfig, config_from_dict, load_config
+from icegate_dagster.config.secrets import config_secrets
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.log.writer import read_log
@@ -54,7 +55,14 @@ from icegate_dagster.sensors.discovery_sensor import iceberg_table_discovery
 from icegate_dagster.sensors.health_sensor import table_health_sensor
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.conf import build_spark_conf
-from icegate_dagster.spark.jars import JARS_DIR_ENV, iceberg_runtime_jar
+from icegate_dagster.spark.jars import (
+    POSTGRES_JDBC_JAR,
+    SQLITE_JDBC_JAR,
+    aws_bundle_jar,
+    iceberg_runtime_jar,
+    s3_jars,
+)
+from icegate_dagster.spark.secret_settings import split_secret_conf
 from tests.lakehouse import SCHEMA, SPEC, batch
 from tests.lease_holder import beating_in_another_process, held_by_another_process
 from tests.surfaces.seaweedfs_server import REGION, SeaweedServer, seaweedfs_fixture  # noqa: F401
@@ -87,13 +95,6 @@ def _bundle_version() -> str:
 AWS_BUNDLE = f"org.apache.iceberg:iceberg-aws-bundle:{_bundle_version()}"
 
 
-def runtime_only(folder: Path) -> Path:
-    """A folder of jars holding Iceberg's runtime and no S3 jar: Spark without S3."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / iceberg_runtime_jar().name).symlink_to(iceberg_runtime_jar())
-    return folder
-
-
 @dataclass
 class RestLakehouse:
     """Tables in the REST catalog, an ``icegate.yaml`` naming it, and every output seen."""
@@ -108,12 +109,8 @@ class RestLakehouse:
     def config(self) -> IcegateConfig:
         return load_config(self.config_path)
 
-    def cli(
-        self, *args: str, config: Path | None = None, jars_dir: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        if jars_dir is not None:  # Spark's jars from this folder (ICEGATE_SPARK_JARS_DIR)
-            env[JARS_DIR_ENV] = str(jars_dir)
         proc = subprocess.run(
             [str(CLI), *args, "--config", str(config or self.config_path)],
             capture_output=True,
@@ -508,13 +505,16 @@ def test_expiry_dry_run_reports_the_bytes_the_s3_objects_take(rest: RestLakehous
     rest.outputs += [proc.stdout, proc.stderr]
 
 
-def test_run_fails_each_table_cleanly_naming_the_aws_bundle(
-    rest: RestLakehouse, tmp_path: Path
-) -> None:
+def test_run_fails_each_table_cleanly_naming_the_aws_bundle(rest: RestLakehouse) -> None:
+    """A class path without an S3 client: the user's own Iceberg runtime, no AWS bundle."""
     wal_before = rest.fill_wal(BACKLOG, files=MIN_WAL_FILES)
     before = {key: rest.state(key) for key in TABLES}
+    raw = yaml.safe_load(rest.config_path.read_text())
+    raw["spark"]["conf"] = {"spark.jars": str(iceberg_runtime_jar())}
+    config = rest.root / "no-aws-bundle.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
 
-    proc = rest.cli("run", jars_dir=runtime_only(tmp_path / "jars"))
+    proc = rest.cli("run", config=config)
 
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -545,16 +545,18 @@ def test_run_fails_each_table_cleanly_naming_the_aws_bundle(
     rest.assert_no_secrets()
 
 
-def test_spark_settings_refuse_s3_without_an_aws_bundle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_spark_settings_refuse_s3_without_an_aws_bundle(tmp_path: Path) -> None:
     """The check runs before any JVM: what counts as S3, and what counts as S3 support."""
-    monkeypatch.setenv(JARS_DIR_ENV, str(runtime_only(tmp_path / "jars")))
 
     def conf(catalog: dict[str, str], spark_conf: dict[str, str] | None = None) -> Any:
         raw = {"catalog": {"name": "c", **catalog}, "spark": {"conf": spark_conf or {}}}
         return build_spark_conf(config_from_dict(raw, tmp_path))
 
+    jdbc_drivers = [str(j) for j in (SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR) if j.is_file()]
+    # A user's own runtime brings its own S3 jars (of its version): without them, refused.
+    user_runtime = {
+        "spark.jars.packages": "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.1"
+    }
     rest_s3 = {"type": "rest", "uri": "http://127.0.0.1:1", "warehouse": "s3://wh"}
     for catalog, reason in [
         (rest_s3, "its warehouse is s3://wh"),
@@ -566,24 +568,93 @@ def test_spark_settings_refuse_s3_without_an_aws_bundle(
         ({"uri": "sqlite:///c.db", "warehouse": "s3a://bucket/wh"}, "its warehouse is s3a://"),
     ]:
         with pytest.raises(SparkStartError, match=re.escape(reason)) as refused:
-            conf(catalog)
+            conf(catalog, user_runtime)
+        assert "(spark.conf brings its own Iceberg runtime and no S3 jar)" in str(refused.value)
         assert str(refused.value).endswith(
-            f"add {AWS_BUNDLE} to spark.conf spark.jars.packages (or its jar to spark.jars)"
+            "add org.apache.iceberg:iceberg-aws-bundle:1.9.1 to spark.conf spark.jars.packages "
+            "(or its jar to spark.jars)"
         )
+    bundle = aws_bundle_jar()
+    assert bundle is not None, "set-up's iceberg-aws-bundle jar is missing"
+    with_bundle = conf(rest_s3, {**user_runtime, "spark.jars": str(bundle)})
+    # (Hadoop's S3A and its SDK join too: Spark's own reads of s3:// WAL files need them.)
+    s3a = [str(j) for j in s3_jars() if j != bundle]
+    assert with_bundle["spark.jars"].split(",") == [str(bundle), *s3a, *jdbc_drivers]
+    # Hadoop's S3A serves a user's own io-impl, never S3FileIO (it needs the AWS SDK v2).
+    runtime = user_runtime["spark.jars.packages"]
+    hadoop_aws = {"spark.jars.packages": f"{runtime},org.apache.hadoop:hadoop-aws:3.3.4"}
+    with pytest.raises(SparkStartError, match="no S3 jar"):
+        conf(rest_s3, hadoop_aws)
+    conf({**rest_s3, "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO"}, hadoop_aws)
 
-    assert conf(rest_s3, {"spark.jars.packages": AWS_BUNDLE})["spark.jars.packages"] == AWS_BUNDLE
-    conf(rest_s3, {"spark.jars.packages": "org.apache.hadoop:hadoop-aws:3.3.4"})
-    # A user's own runtime decides the bundle's version.
-    user_runtime = {
-        "spark.jars.packages": "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.1"
-    }
-    with pytest.raises(SparkStartError, match="iceberg-aws-bundle:1.9.1 to spark.conf"):
-        conf(rest_s3, user_runtime)
-    # Files on local disk need nothing more.
-    conf({"uri": "sqlite:///c.db", "warehouse": "wh"})
-    # The Spark catalog gets S3FileIO's name for the region.
-    settings = conf({**rest_s3, "s3.region": "eu-west-1"}, {"spark.jars.packages": AWS_BUNDLE})
+    # Our runtime: set-up's AWS bundle joins the class path, and the catalog gets S3FileIO.
+    settings = conf({**rest_s3, "s3.endpoint": "http://127.0.0.1:2", "s3.region": "eu-west-1"})
+    assert str(bundle) in settings["spark.jars"].split(",")
+    assert settings["spark.sql.catalog.c.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    # pyiceberg's s3.region is client.region to Iceberg's Java S3 client; an endpoint of
+    # an S3-compatible store is read path-style, as pyiceberg does.
     assert settings["spark.sql.catalog.c.client.region"] == "eu-west-1"
+    assert settings["spark.sql.catalog.c.s3.path-style-access"] == "true"
+    assert settings["spark.sql.catalog.c.s3.endpoint"] == "http://127.0.0.1:2"
+    # A store named by its endpoint alone gets a region (the SDK would look for one).
+    plain = conf({**rest_s3, "s3.endpoint": "http://127.0.0.1:2"})
+    assert plain["spark.sql.catalog.c.client.region"] == "us-east-1"
+    # The user's own settings win.
+    own = conf(
+        {
+            **rest_s3,
+            "s3.endpoint": "http://e",
+            "s3.path-style-access": "false",
+            "client.region": "ap-south-1",
+            "io-impl": "com.example.IO",
+        }
+    )
+    assert (
+        own["spark.sql.catalog.c.s3.path-style-access"],
+        own["spark.sql.catalog.c.client.region"],
+        own["spark.sql.catalog.c.io-impl"],
+    ) == ("false", "ap-south-1", "com.example.IO")
+    # Files on local disk need nothing more: no bundle, no S3FileIO.
+    local = conf({"uri": "sqlite:///c.db", "warehouse": "wh"})
+    assert "iceberg-aws-bundle" not in local["spark.jars"]
+    assert "spark.sql.catalog.c.io-impl" not in local
+
+
+def test_s3_keys_and_the_rest_credential_reach_spark_only_after_it_starts(
+    tmp_path: Path,
+) -> None:
+    """What ``spark-submit`` gets on its command line, and what is set on the session."""
+    raw = {
+        "catalog": {
+            "name": "c",
+            "type": "rest",
+            "uri": "http://127.0.0.1:1",
+            "warehouse": "s3://wh",
+            "credential": "AKIDEXAMPLE:rest-SECRET-3f1c",
+            "token": "bearer-SECRET-77de",
+            "s3.endpoint": "http://127.0.0.1:2",
+            "s3.access-key-id": "AKIDEXAMPLE",
+            "s3.secret-access-key": "s3-SECRET-a8b0",
+            "s3.session-token": "session-SECRET-19e2",
+        }
+    }
+    config = config_from_dict(raw, tmp_path)
+    split = split_secret_conf(build_spark_conf(config), config_secrets(config))
+    prefix = "spark.sql.catalog.c."
+    held = {"credential", "token", "s3.access-key-id", "s3.secret-access-key", "s3.session-token"}
+    assert {key.removeprefix(prefix) for key in split.runtime} == held
+    assert split.launch == {}
+    public = json.dumps(split.public)
+    for secret in (
+        "AKIDEXAMPLE",
+        "rest-SECRET-3f1c",
+        "bearer-SECRET-77de",
+        "s3-SECRET-a8b0",
+        "session-SECRET-19e2",
+    ):
+        assert secret not in public
+    assert split.public[prefix + "io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert split.public[prefix + "s3.endpoint"] == "http://127.0.0.1:2"
 
 
 def test_orphan_planning_lists_the_table_folder_through_the_catalogs_s3(

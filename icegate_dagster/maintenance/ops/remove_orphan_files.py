@@ -48,6 +48,8 @@ from icegate_dagster.maintenance.sharing import (
 
 #: Paths of kept files named in the output (the count is always there).
 _SAMPLE = 20
+#: Table locations Iceberg's procedure lists through the table's FileIO, not Hadoop's.
+_OBJECT_STORE_SCHEMES = ("s3://", "s3a://", "s3n://")
 
 
 def _shared(ctx: OpContext) -> SharedFiles:
@@ -132,6 +134,10 @@ class RemoveOrphanFiles(Operation):
                 # Where other tables share the folder, Iceberg only lists: this op decides.
                 "dry_run": "true" if dry or sharing.shared else "false",
             }
+            if ctx.table.location().lower().startswith(_OBJECT_STORE_SCHEMES):
+                # Listed through the table's FileIO (S3FileIO): Spark has no Hadoop file
+                # system for s3:// ("No FileSystem for scheme"), and needs none.
+                args["prefix_listing"] = "true"
             called = call_procedure(ctx.spark(), ctx.catalog_name, "remove_orphan_files", args)
             listed = sorted(row["orphan_file_location"] for row in called.rows)
             figures["procedure_s"] = round(called.seconds, 3)
