@@ -207,17 +207,26 @@ def test_the_jar_folder_and_a_users_own_jars_take_precedence(
     )
 
     # A user's runtime jar wins, and so does their AWS bundle (it must match their runtime).
-    theirs = str(_folder_of_jars(tmp_path / "mine", "iceberg-spark-runtime-3.5_2.12-1.8.0.jar"))
-    own = _conf(
-        tmp_path, IN_S3, {"spark.jars": f"{theirs}/iceberg-spark-runtime-3.5_2.12-1.8.0.jar"}
+    theirs = str(
+        _folder_of_jars(
+            tmp_path / "mine",
+            "iceberg-spark-runtime-3.5_2.12-1.8.0.jar",
+            "iceberg-aws-bundle-1.8.0.jar",
+        )
     )
+    their_jars = [
+        f"{theirs}/iceberg-spark-runtime-3.5_2.12-1.8.0.jar",
+        f"{theirs}/iceberg-aws-bundle-1.8.0.jar",
+    ]
+    own = _conf(tmp_path, IN_S3, {"spark.jars": ",".join(their_jars)})
     jars = own["spark.jars"].split(",")
-    assert jars[0] == f"{theirs}/iceberg-spark-runtime-3.5_2.12-1.8.0.jar"
+    assert jars[:2] == their_jars
     assert runtime not in jars and s3[0] not in jars
     assert s3[1:] == [j for j in jars if j in s3]  # S3A does not depend on Iceberg's version
     # Packages by coordinates win as well; their own hadoop-aws replaces ours.
     packages = (
-        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.8.0,org.apache.hadoop:hadoop-aws:3.3.4"
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.8.0,"
+        "org.apache.iceberg:iceberg-aws-bundle:1.8.0,org.apache.hadoop:hadoop-aws:3.3.4"
     )
     by_coordinates = _conf(tmp_path, IN_S3, {"spark.jars.packages": packages})
     assert by_coordinates["spark.jars.packages"] == packages
