@@ -783,6 +783,17 @@ class IcegateConfig(_Settings):
         "any URI pyarrow and Spark both read); unset in a file that names a catalog: no WAL "
         "step. The embedded default's is `./.icegate/wal`",
     )
+    wal_storage: _Properties | None = Field(
+        default=None,
+        description="the storage properties `wal.root` is opened with, by pyarrow and by "
+        "Spark, in pyiceberg's names: `s3.endpoint`, `s3.access-key-id`, "
+        "`s3.secret-access-key`, `s3.session-token`, `s3.region`, `s3.path-style-access`, "
+        "`s3.force-virtual-addressing`, `s3.connect-timeout`, `s3.request-timeout`. Unset: "
+        "the catalog block's (its `s3.*` keys); set: these alone, the catalog's left out "
+        "(a WAL in another store, or with keys of its own). Values of secret keys "
+        "(`s3.secret-access-key`, `s3.session-token`...) are kept off command lines and out "
+        "of every message. See [WAL ingest](../concepts/wal-ingest.md#object-storage)",
+    )
     log_table: _TableName = Field(
         default=DEFAULT_LOG_TABLE,
         description="the maintenance log, an Iceberg table created on first use (see [The "
@@ -849,6 +860,18 @@ class IcegateConfig(_Settings):
             raise ValueError("must be a path or file:// URI")
         return _resolved(value, info)
 
+    @field_validator("wal_storage")
+    @classmethod
+    def _storage_needs_a_root(cls, value: object, info: ValidationInfo) -> object:
+        if value is not None and not info.data.get("wal_root"):
+            # Only the keys are shown: the values may be secrets.
+            raise _broken(
+                "wal.storage opens wal.root, which is not set: set wal.root (or remove "
+                "wal.storage)",
+                value=sorted(value) if isinstance(value, Mapping) else value,
+            )
+        return value
+
     @field_validator("parallel_tables", mode="before")
     @classmethod
     def _table_count(cls, value: object) -> object:
@@ -893,6 +916,7 @@ class IcegateConfig(_Settings):
 FILE_KEYS: dict[tuple[str | int, ...], str] = {
     ("catalog", "properties"): "catalog",
     ("wal_root",): "wal.root",
+    ("wal_storage",): "wal.storage",
     ("log_table",): "maintain.log_table",
     ("lock_wait",): "maintain.lock_wait",
     ("parallel_tables",): "maintain.parallel_tables",

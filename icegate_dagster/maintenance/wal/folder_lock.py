@@ -7,14 +7,14 @@ import os
 from collections.abc import Iterator
 
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.wal.files import wal_filesystem
+from icegate_dagster.maintenance.wal.files import WalRoot, wal_filesystem
 
 #: The lock file, in the table's WAL folder (``_``: never taken for a WAL file).
 LOCK_FILE = "_icegate.lock"
 
 
 @contextlib.contextmanager
-def wal_folder_lock(wal_root: str, ref: TableRef) -> Iterator[str | None]:
+def wal_folder_lock(wal_root: WalRoot, ref: TableRef) -> Iterator[str | None]:
     """One compaction per table at a time on this host: yields None, or the lock's holder path.
 
     Never waits: when another run (another thread or process) holds the lock, the
@@ -27,7 +27,7 @@ def wal_folder_lock(wal_root: str, ref: TableRef) -> Iterator[str | None]:
     from filelock import FileLock, Timeout
 
     filesystem, folder = wal_filesystem(wal_root, ref)
-    if type(filesystem).__name__ != "LocalFileSystem" or not os.path.isdir(folder):
+    if not wal_root.is_local or not os.path.isdir(folder):
         yield None
         return
     # A new lock object per call: flock excludes other open files, so two threads of one
