@@ -46,6 +46,13 @@ DEFAULT_LOCK_WAIT = timedelta(seconds=30)
 #: Tables maintained at once: Spark procedures spend much of their time in the driver
 #: (planning, commits), so a few tables side by side keep the executors busy.
 DEFAULT_PARALLEL_TABLES = 4
+#: Prefixes of the catalog properties that configure storage (pyiceberg's FileIO names):
+#: what ``wal.root`` is opened with when ``wal.storage`` is not set.
+STORAGE_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.")
+#: The region of a store named by ``s3.endpoint`` when none is set: what S3-compatible
+#: stores expect by default (asking AWS for the bucket's region would ask about a
+#: stranger's bucket of the same name).
+DEFAULT_S3_REGION = "us-east-1"
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
 #: Bounds of ``maintain.parallel_tables``.
@@ -881,6 +888,15 @@ class IcegateConfig(_Settings):
         if not MIN_PARALLEL_TABLES <= value <= MAX_PARALLEL_TABLES:
             raise ValueError(f"must be between {MIN_PARALLEL_TABLES} and {MAX_PARALLEL_TABLES}")
         return value
+
+    def wal_storage_properties(self) -> Mapping[str, str]:
+        """The storage properties ``wal.root`` is opened with, by pyarrow and by Spark:
+        ``wal.storage`` when set, else the catalog block's storage keys
+        (:data:`STORAGE_PREFIXES`)."""
+        if self.wal_storage is not None:
+            return self.wal_storage
+        props = self.catalog.properties
+        return {key: value for key, value in props.items() if key.startswith(STORAGE_PREFIXES)}
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``): its own entry of

@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.config.models import DEFAULT_S3_REGION
+
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
 
-#: The region given to a store named by ``s3.endpoint`` when no region is set: what
-#: S3-compatible stores expect by default. Without one, pyiceberg asks AWS for the
-#: bucket's region, which on another store is a stranger's bucket of the same name.
-DEFAULT_ENDPOINT_REGION = "us-east-1"
 _REGION_KEYS = ("s3.region", "client.region")
 #: The schemes pyiceberg's pyarrow FileIO opens with storage properties.
 CONFIGURED_SCHEMES = frozenset(
@@ -40,12 +38,13 @@ def io_filesystem(io: Any, location: str) -> tuple[FileSystem, str] | None:
 
 def pyarrow_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """``properties`` as pyiceberg's pyarrow FileIO reads them: an endpoint without a region
-    gets :data:`DEFAULT_ENDPOINT_REGION`, and ``s3.path-style-access`` (Iceberg Java's
+    gets :data:`~icegate_dagster.config.models.DEFAULT_S3_REGION` (pyiceberg would ask AWS
+    about the bucket), and ``s3.path-style-access`` (Iceberg Java's
     name, which pyiceberg does not read) becomes ``s3.force-virtual-addressing``, its
     opposite, unless that is set."""
     props = dict(properties)
     if props.get("s3.endpoint") and not any(props.get(k) for k in _REGION_KEYS):
-        props["s3.region"] = DEFAULT_ENDPOINT_REGION
+        props["s3.region"] = DEFAULT_S3_REGION
     path_style = props.get("s3.path-style-access")
     if path_style is not None and "s3.force-virtual-addressing" not in props:
         virtual = path_style.strip().lower() not in ("true", "1", "yes")

@@ -9,6 +9,7 @@ from S3 with Spark through Hadoop's S3A (:data:`S3A_JARS`).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -19,14 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from pyarrow import fs
 
+from icegate_dagster.assets.names import BATCH_JOB, iceberg_tables
+from icegate_dagster.assets.runs import batch_entries
 from icegate_dagster.config import IcegateConfig, load_config
 from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.wal import LEDGER_PROPERTY, configured_wal_root, list_wal_files
+from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.integration.test_wal_compaction import as_rows, wal_rows
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.surfaces.seaweedfs_server import (
@@ -40,6 +47,20 @@ from tests.surfaces.seaweedfs_server import (
 TABLE = "lakehouse.logs"
 MIN_WAL_FILES = 4
 CLI = Path(sys.executable).parent / "icegate-maintain"
+#: Hadoop's S3A connector matching PySpark's Hadoop 3.3.4, and its AWS SDK, from Maven
+#: Central (checksums checked against its .sha1): Spark reads the WAL's Parquet from S3
+#: with them. ``ICEGATE_S3A_JARS`` names the folder holding them.
+S3A_JAR_NAMES = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar")
+S3A_JAR_DIR = Path(os.environ.get("ICEGATE_S3A_JARS", "/tmp/icegate-s3-jars"))
+
+
+def s3a_jars() -> str:
+    """``spark.jars`` for the S3A connector; fails (never skips) when a jar is missing."""
+    jars = [S3A_JAR_DIR / name for name in S3A_JAR_NAMES]
+    missing = [str(jar) for jar in jars if not jar.is_file()]
+    if missing:
+        pytest.fail(f"Hadoop's S3A jars are missing: {missing} (set ICEGATE_S3A_JARS)")
+    return ",".join(str(jar) for jar in jars)
 
 
 def s3_client(server: SeaweedServer) -> fs.S3FileSystem:
@@ -148,7 +169,7 @@ def s3_wal_lakehouse(
     else:
         raw["catalog"].update(storage_block(server))
     if spark:
-        raw["spark"] = {**raw["spark"], **spark}
+        raw["spark"] = {**raw["spark"], "conf": spark}
     lh.config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert server.access_key not in lh.config_path.read_text()
     lh = Lakehouse(lh.root, lh.config_path, load_config(lh.config_path), lh.catalog)
@@ -201,3 +222,123 @@ def test_files_that_do_not_fit_the_table_are_quarantined_on_s3_with_their_reason
     ).read()
     assert b"unknown" in reason
     assert len(s3wal.lh.table(TABLE).metadata.snapshots) == snapshots  # nothing committed
+
+
+def test_a_dry_run_counts_and_sizes_the_wal_objects_on_s3(s3wal: S3WalLakehouse) -> None:
+    """``compact --dry-run`` (its own process, no JVM) lists the table's WAL folder on S3:
+    the count and bytes are the objects' as S3 reports them; names starting with ``_`` or
+    ``.`` and other tables' folders do not count."""
+    s3wal.fill(TABLE, files=3)
+    s3wal.put(TABLE, wal_rows(1, 1), ".in-flight.parquet")
+    s3wal.put("lakehouse.other", wal_rows(1, 1), "elsewhere.parquet")
+    infos = s3wal.client.get_file_info(fs.FileSelector(s3wal.folder(TABLE)))
+    sizes = {i.base_name: i.size for i in infos if i.type == fs.FileType.File}
+    expected_bytes = sum(size for name, size in sizes.items() if name.startswith("wal-"))
+
+    proc = s3wal.cli("compact", "--table", TABLE, "--dry-run")
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"dry run: 3 WAL files ({expected_bytes} bytes) waiting" in proc.stdout, proc.stdout
+    assert s3wal.waiting(TABLE) == [
+        ".in-flight.parquet",
+        *(f"wal-{i:04d}.parquet" for i in range(3)),
+    ]
+
+
+def _ledger(*identities: tuple[str, int, int]) -> str:
+    return json.dumps(sorted(list(i) for i in identities), separators=(",", ":"))
+
+
+def test_wal_objects_a_commit_already_holds_are_deleted_from_s3_not_ingested_again(
+    s3wal: S3WalLakehouse,
+) -> None:
+    """As after a crash between a WAL commit and its deletes: the table's ledger records two
+    of three objects (name, size, modification time as S3 lists them). A run deletes those
+    two from S3 with no JVM and leaves the third, which is new, below the threshold."""
+    s3wal.fill(TABLE, files=3)
+    config = s3wal.config
+    ref = TableRef.parse(TABLE)
+    files = list_wal_files(configured_wal_root(config), ref)
+    assert [f.name for f in files] == [f"wal-{i:04d}.parquet" for i in range(3)]
+    committed = [f.identity for f in files[:2]]
+    with s3wal.lh.table(TABLE).transaction() as transaction:
+        transaction.set_properties({LEDGER_PROPERTY: _ledger(*committed)})
+    rows_before = s3wal.lh.rows_without_spark(TABLE)
+
+    outcome = Maintainer(config).run_op(ref, "wal_compaction")
+    s3wal.outputs.append(outcome.details)
+
+    assert outcome.status == "completed", outcome.details
+    assert "deleted 2 WAL files an earlier commit already holds" in outcome.details
+    assert s3wal.waiting(TABLE) == ["wal-0002.parquet"]
+    assert s3wal.lh.rows_without_spark(TABLE) == rows_before  # nothing ingested again
+
+
+def test_the_wal_sensor_sizes_every_table_with_one_listing_of_the_s3_root(
+    s3wal: S3WalLakehouse,
+) -> None:
+    """``wal_size_sensor``'s listing of ``wal.root`` (in its background thread) reaches the
+    bucket with the configured settings: the table over ``min_files`` gets a run, with its
+    backlog; nothing is requested for the table below it."""
+    s3wal.lh.add_table("lakehouse.spans", appends=1)
+    s3wal.fill(TABLE, files=MIN_WAL_FILES)
+    s3wal.put("lakehouse.spans", wal_rows(1, 2), "one.parquet")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(iceberg_tables.name, [TABLE, "lakehouse.spans"])
+    context = dg.build_sensor_context(
+        instance=instance,
+        resources={"lakehouse": LakehouseResource(config_path=str(s3wal.lh.config_path))},
+    )
+
+    result = wal_size_sensor(context)
+
+    assert isinstance(result, dg.SensorResult), result
+    skip = result.skip_reason.skip_message if result.skip_reason else ""
+    s3wal.outputs.append(str(skip))
+    [request] = result.run_requests or []
+    [entry] = batch_entries(
+        dg.DagsterRun(job_name=BATCH_JOB, run_id="r", run_config=request.run_config)
+    )
+    assert (entry.table, entry.operations) == (TABLE, ("wal_compaction",))
+    s3wal.outputs.append(json.dumps(request.run_config) + json.dumps(request.tags))
+
+
+@pytest.fixture(params=[False, True], ids=["catalog-s3-settings", "wal-storage"])
+def s3wal_spark(
+    request: pytest.FixtureRequest, seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
+) -> Iterator[S3WalLakehouse]:
+    """An S3 WAL lakehouse whose Spark has Hadoop's S3A connector."""
+    lakehouse = s3_wal_lakehouse(
+        seaweedfs, tmp_path / "lh", own_storage=request.param, spark={"spark.jars": s3a_jars()}
+    )
+    yield lakehouse
+    lakehouse.assert_no_secrets()
+
+
+def test_compact_ingests_every_wal_row_from_s3_once_and_deletes_the_objects(
+    s3wal_spark: S3WalLakehouse,
+) -> None:
+    """``icegate-maintain compact`` in its own process: Spark reads the WAL objects through
+    S3A with the configured endpoint and keys, one commit appends every row once, and the
+    objects are deleted from S3 only after it."""
+    lh = s3wal_spark.lh
+    before = lh.rows_without_spark(TABLE)
+    expected = s3wal_spark.fill(TABLE, files=MIN_WAL_FILES + 1)
+
+    proc = s3wal_spark.cli("compact", "--table", TABLE)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert f"ingested {MIN_WAL_FILES + 1} WAL files" in proc.stdout, proc.stdout
+    assert table_rows(lh) == _rows_of(before) + expected
+    assert s3wal_spark.waiting(TABLE) == []
+    assert s3wal_spark.quarantined(TABLE) == []
+
+
+def _rows_of(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """pyiceberg's rows as :func:`as_rows` spells them (wall clock of the UTC instant)."""
+    return Counter((r[0], r[1], r[2].replace(tzinfo=None), r[3]) for r in rows.elements())
+
+
+def table_rows(lh: Lakehouse) -> Counter[tuple[Any, ...]]:
+    """The table's rows as a multiset, read by pyiceberg (no JVM in the test's process)."""
+    return _rows_of(lh.rows_without_spark(TABLE))

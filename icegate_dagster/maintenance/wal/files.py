@@ -21,6 +21,7 @@ from icegate_dagster.config import CompactionSettings, IcegateConfig
 from icegate_dagster.errors import InvalidIdentifierError
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.storage import CONFIGURED_SCHEMES, storage_filesystem
+from icegate_dagster.spark.s3a import S3A_SCHEMES
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -101,11 +102,6 @@ def wal_location(wal_root: str, ref: TableRef) -> str:
     return f"{wal_root.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 
-#: Prefixes of the catalog properties that configure storage (pyiceberg's FileIO names):
-#: what ``wal.root`` is opened with when ``wal.storage`` is not set.
-STORAGE_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.")
-
-
 @dataclass(frozen=True)
 class WalRoot:
     """``wal.root`` and the storage properties it is opened with (:func:`configured_wal_root`);
@@ -164,15 +160,12 @@ def resolve_wal_root(wal_root: str, storage: Mapping[str, str] | None = None) ->
 
 
 def configured_wal_root(config: IcegateConfig) -> WalRoot | None:
-    """The configuration's ``wal.root`` with its storage properties: ``wal.storage`` when set,
-    else the catalog block's storage keys (:data:`STORAGE_PREFIXES`); None without a root."""
+    """The configuration's ``wal.root`` with its storage properties
+    (:meth:`~icegate_dagster.config.IcegateConfig.wal_storage_properties`); None without a
+    root."""
     if not config.wal_root:
         return None
-    storage = config.wal_storage
-    if storage is None:
-        props = config.catalog.properties
-        storage = {k: v for k, v in props.items() if k.startswith(STORAGE_PREFIXES)}
-    return resolve_wal_root(config.wal_root, storage)
+    return resolve_wal_root(config.wal_root, config.wal_storage_properties())
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,6 +183,8 @@ def _opened(wal_root: str, storage: tuple[tuple[str, str], ...]) -> tuple[fs.Fil
         filesystem, path = fs.FileSystem.from_uri(wal_root)
         return filesystem, str(path), wal_root
     hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
+    if parts.scheme in S3A_SCHEMES:  # Spark reads S3 through Hadoop's S3A (spark/s3a.py)
+        hadoop = f"s3a://{parts.netloc}{unquote(parts.path)}"
     if parts.scheme in CONFIGURED_SCHEMES:
         filesystem, path = storage_filesystem(wal_root, dict(storage))
         return filesystem, unquote(path), hadoop
