@@ -224,6 +224,29 @@ def test_files_that_do_not_fit_the_table_are_quarantined_on_s3_with_their_reason
     assert len(s3wal.lh.table(TABLE).metadata.snapshots) == snapshots  # nothing committed
 
 
+def test_a_quarantine_move_cut_short_on_s3_is_finished_not_doubled(s3wal: S3WalLakehouse) -> None:
+    """S3 has no rename: a move is a copy, then a delete of the source. A run killed between
+    the two leaves the file in both places; the next run finishes the move (one copy in
+    quarantine, none waiting) instead of quarantining a second copy of the same rows, which
+    a person moving the quarantine back would ingest twice."""
+    bad = pa.table({"id": pa.array([1, 2], pa.int64()), "unknown": ["x", "y"]})
+    for i in range(MIN_WAL_FILES):
+        s3wal.put(TABLE, bad, f"bad-{i}.parquet")
+    # The crashed run's copy of bad-0 (its reason object written first, as a run does).
+    quarantine = f"{s3wal.folder(TABLE)}/_quarantine"
+    s3wal.client.copy_file(f"{s3wal.folder(TABLE)}/bad-0.parquet", f"{quarantine}/bad-0.parquet")
+    with s3wal.client.open_output_stream(f"{quarantine}/bad-0.parquet.reason.txt") as out:
+        out.write(b"bad-0.parquet: a column the table lacks\n")
+
+    outcome = Maintainer(s3wal.config).run_op(TableRef.parse(TABLE), "wal_compaction")
+    s3wal.outputs.append(outcome.details)
+
+    assert f"all {MIN_WAL_FILES} waiting WAL files were quarantined" in outcome.details
+    assert s3wal.waiting(TABLE) == []
+    names = [f"bad-{i}.parquet" for i in range(MIN_WAL_FILES)]
+    assert s3wal.quarantined(TABLE) == sorted([*names, *(n + ".reason.txt" for n in names)])
+
+
 def test_a_dry_run_counts_and_sizes_the_wal_objects_on_s3(s3wal: S3WalLakehouse) -> None:
     """``compact --dry-run`` (its own process, no JVM) lists the table's WAL folder on S3:
     the count and bytes are the objects' as S3 reports them; names starting with ``_`` or

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from icegate_dagster.config import CompactionSettings, IcegateConfig
 from icegate_dagster.errors import InvalidIdentifierError
 from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.storage import CONFIGURED_SCHEMES, storage_filesystem
 from icegate_dagster.spark.s3a import S3A_SCHEMES
 
@@ -273,14 +274,25 @@ def compaction_due(files: int, size: int, settings: CompactionSettings) -> bool:
 
 
 def quarantine(wal_root: WalRoot, ref: TableRef, wal_file: WalFile, reason: str) -> str:
-    """Move ``wal_file`` into the quarantine folder with a reason file; return its new path."""
+    """Move ``wal_file`` into the quarantine folder with a reason file; return its new path.
+
+    On object storage a move is a copy, then a delete of the source: a run killed between
+    the two leaves the same bytes in both places. A quarantined file of the same name and
+    the very same bytes is that copy: the move is finished (the source deleted) rather
+    than a second copy made, whose rows a person moving the quarantine back would ingest
+    twice."""
     from pyarrow import fs
 
     filesystem, folder = wal_filesystem(wal_root, ref)
     target_dir = f"{folder}/{QUARANTINE_DIR}"
     filesystem.create_dir(target_dir, recursive=True)
     target = f"{target_dir}/{wal_file.name}"
-    if filesystem.get_file_info(target).type != fs.FileType.NotFound:
+    existing = filesystem.get_file_info(target)
+    if existing.type != fs.FileType.NotFound:
+        if existing.size == wal_file.size and _same_bytes(filesystem, wal_file.path, target):
+            check_lease()  # deleting a WAL file: only while the table's lease is ours
+            filesystem.delete_file(wal_file.path)
+            return target
         # Never overwrite an earlier quarantined file of the same name.
         stem = wal_file.name.removesuffix(".parquet")
         target = f"{target_dir}/{stem}.{datetime.now(UTC):%Y%m%dT%H%M%S%f}.parquet"
@@ -288,6 +300,21 @@ def quarantine(wal_root: WalRoot, ref: TableRef, wal_file: WalFile, reason: str)
         out.write(f"{datetime.now(UTC).isoformat()} {wal_file.name}: {reason}\n".encode())
     filesystem.move(wal_file.path, target)
     return target
+
+
+#: Bytes compared at a time by :func:`_same_bytes`.
+_CHUNK = 1 << 20
+
+
+def _same_bytes(filesystem: fs.FileSystem, one: str, other: str) -> bool:
+    """Whether two files hold the same bytes (read side by side, a chunk at a time)."""
+    with filesystem.open_input_stream(one) as a, filesystem.open_input_stream(other) as b:
+        while True:
+            chunk = a.read(_CHUNK)
+            if chunk != b.read(_CHUNK):
+                return False
+            if not chunk:
+                return True
 
 
 @dataclass
