@@ -154,11 +154,17 @@ class S3WalLakehouse:
 
 
 def s3_wal_lakehouse(
-    server: SeaweedServer, root: Path, *, own_storage: bool, spark: dict[str, Any] | None = None
+    server: SeaweedServer,
+    root: Path,
+    *,
+    own_storage: bool,
+    spark: dict[str, Any] | None = None,
+    maintain: dict[str, Any] | None = None,
 ) -> S3WalLakehouse:
     """The lakehouse, its S3 settings in the catalog block or (``own_storage``) under
     ``wal.storage``, the catalog then naming no S3 at all."""
-    lh = make_lakehouse(root, maintain={"compaction": {"min_files": MIN_WAL_FILES}})
+    rules = {"compaction": {"min_files": MIN_WAL_FILES}, **(maintain or {})}
+    lh = make_lakehouse(root, maintain=rules)
     bucket = f"wal-{secrets.token_hex(4)}"
     client = s3_client(server)
     client.create_dir(bucket)
