@@ -36,6 +36,7 @@ from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from tests.integration.test_wal_compaction import as_rows, wal_rows
 from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.lease_holder import held_by_another_process
 from tests.surfaces.seaweedfs_server import (
     ACCESS_KEY_ENV,
     REGION,
@@ -251,6 +252,34 @@ def test_a_quarantine_move_cut_short_on_s3_is_finished_not_doubled(s3wal: S3WalL
     assert s3wal.waiting(TABLE) == []
     names = [f"bad-{i}.parquet" for i in range(MIN_WAL_FILES)]
     assert s3wal.quarantined(TABLE) == sorted([*names, *(n + ".reason.txt" for n in names)])
+
+
+def test_on_s3_the_tables_lease_keeps_a_second_ingester_out(
+    seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
+) -> None:
+    """No ``flock`` on S3: the table's lease in the shared store is what keeps two runs of
+    one table apart. While another process holds it, a run touches no WAL object (here
+    files it would quarantine); once released, the same run does its work."""
+    s3wal = s3_wal_lakehouse(
+        seaweedfs, tmp_path / "lh", own_storage=False, maintain={"lock_wait": "1s"}
+    )
+    bad = pa.table({"id": pa.array([1, 2], pa.int64()), "unknown": ["x", "y"]})
+    names = [f"bad-{i}.parquet" for i in range(MIN_WAL_FILES)]
+    for name in names:
+        s3wal.put(TABLE, bad, name)
+    ref = TableRef.parse(TABLE)
+
+    with held_by_another_process(s3wal.lh.config_path, TABLE) as pid:
+        held = Maintainer(s3wal.config).run_op(ref, "wal_compaction")
+
+    assert held.status == "skipped", held.details
+    assert f":{pid}:other-run" in held.details
+    assert s3wal.waiting(TABLE) == names and s3wal.quarantined(TABLE) == []
+    free = Maintainer(s3wal.config).run_op(ref, "wal_compaction")
+    assert f"all {MIN_WAL_FILES} waiting WAL files were quarantined" in free.details
+    assert s3wal.waiting(TABLE) == []
+    s3wal.outputs += [held.details, free.details]
+    s3wal.assert_no_secrets()
 
 
 def test_a_dry_run_counts_and_sizes_the_wal_objects_on_s3(s3wal: S3WalLakehouse) -> None:
