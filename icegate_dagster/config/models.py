@@ -786,9 +786,10 @@ class IcegateConfig(_Settings):
     spark: SparkSettings = SparkSettings()
     wal_root: str | None = Field(
         default=None,
-        description="where WAL files wait: `<root>/<namespace>/<table>/*.parquet` (a path or "
-        "any URI pyarrow and Spark both read); unset in a file that names a catalog: no WAL "
-        "step. The embedded default's is `./.icegate/wal`",
+        description="where WAL files wait: `<root>/<namespace>/<table>/*.parquet` (a path, "
+        "`s3://bucket/prefix` opened with `wal.storage` or the catalog's `s3.*` settings, or "
+        "another URI pyarrow and Spark both read); unset in a file that names a catalog: no "
+        "WAL step. The embedded default's is `./.icegate/wal`",
     )
     wal_storage: _Properties | None = Field(
         default=None,
