@@ -174,7 +174,8 @@ def _opened(wal_root: str, storage: tuple[tuple[str, str], ...]) -> tuple[fs.Fil
     """(file system, exact path, Hadoop path) of a root. An object store (or HDFS) is opened
     through a FileIO configured from ``storage``, as a table's folder is: never
     ``FileSystem.from_uri``, which ignores ``s3.endpoint`` and asks AWS about the bucket. A
-    local root (or a scheme only pyarrow knows) is opened by pyarrow from its URI."""
+    local root, a scheme only pyarrow knows, or a URI with pyarrow's options in its query, is
+    opened by pyarrow from its URI."""
     from urllib.parse import unquote, urlsplit
 
     from pyarrow import fs
@@ -186,7 +187,9 @@ def _opened(wal_root: str, storage: tuple[tuple[str, str], ...]) -> tuple[fs.Fil
     hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
     if parts.scheme in S3A_SCHEMES:  # Spark reads S3 through Hadoop's S3A (spark/s3a.py)
         hadoop = f"s3a://{parts.netloc}{unquote(parts.path)}"
-    if parts.scheme in CONFIGURED_SCHEMES:
+    # A root carrying pyarrow's own options (``?endpoint_override=...&scheme=http``) is
+    # opened by pyarrow from its URI, as before ``wal.storage`` existed.
+    if parts.scheme in CONFIGURED_SCHEMES and not parts.query:
         filesystem, path = storage_filesystem(wal_root, dict(storage))
         return filesystem, unquote(path), hadoop
     filesystem, path = fs.FileSystem.from_uri(wal_root)
