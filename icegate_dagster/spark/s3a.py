@@ -20,11 +20,24 @@ from icegate_dagster.config.models import DEFAULT_S3_REGION
 
 #: The schemes of an S3 ``wal.root``, all handed to Spark as ``s3a://``.
 S3A_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+#: What gives Spark ``s3a://``: Hadoop's S3A matching PySpark 3.5's Hadoop 3.3.4, and the
+#: AWS SDK it was built with (Maven coordinates).
+S3A_PACKAGES = ("org.apache.hadoop:hadoop-aws:3.3.4", "com.amazonaws:aws-java-sdk-bundle:1.12.262")
 _TRUE = ("true", "1", "yes")
 
 
 def _first(props: Mapping[str, str], *keys: str) -> str | None:
     return next((props[key] for key in keys if props.get(key)), None)
+
+
+def wal_reader_hint(folder: str) -> str:
+    """What lets Spark read WAL files at ``folder`` (a Hadoop path), for messages."""
+    if urlsplit(folder).scheme in S3A_SCHEMES:
+        return (
+            "Spark reads an S3 wal.root through Hadoop's S3A: put "
+            f"{' and '.join(S3A_PACKAGES)} on its class path (spark.conf spark.jars)"
+        )
+    return "give Spark the Hadoop file system of wal.root's scheme"
 
 
 def wal_s3a_conf(config: IcegateConfig) -> dict[str, str]:

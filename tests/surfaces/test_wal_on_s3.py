@@ -392,6 +392,26 @@ def test_compact_ingests_every_wal_row_from_s3_once_and_deletes_the_objects(
     assert s3wal_spark.quarantined(TABLE) == []
 
 
+def test_without_s3a_in_spark_the_ingest_fails_saying_so_and_quarantines_nothing(
+    seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
+) -> None:
+    """Spark without Hadoop's S3A connector cannot read an S3 WAL. That is Spark's lack,
+    never the files' fault: ``compact`` fails naming the connector, every object waits for
+    a run that can read it, none is quarantined."""
+    s3wal = s3_wal_lakehouse(seaweedfs, tmp_path / "lh", own_storage=True)  # no spark.jars
+    s3wal.fill(TABLE, files=MIN_WAL_FILES)
+    rows_before = s3wal.lh.rows_without_spark(TABLE)
+
+    proc = s3wal.cli("compact", "--table", TABLE)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "hadoop-aws" in proc.stdout, proc.stdout
+    assert s3wal.quarantined(TABLE) == []
+    assert s3wal.waiting(TABLE) == [f"wal-{i:04d}.parquet" for i in range(MIN_WAL_FILES)]
+    assert s3wal.lh.rows_without_spark(TABLE) == rows_before
+    s3wal.assert_no_secrets()
+
+
 def _rows_of(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
     """pyiceberg's rows as :func:`as_rows` spells them (wall clock of the UTC instant)."""
     return Counter((r[0], r[1], r[2].replace(tzinfo=None), r[3]) for r in rows.elements())

@@ -29,7 +29,11 @@ from icegate_dagster.maintenance.wal.files import (
     wal_filesystem,
 )
 from icegate_dagster.maintenance.wal.folder_lock import wal_folder_lock
-from icegate_dagster.maintenance.wal.frame import spark_failure, spark_problem
+from icegate_dagster.maintenance.wal.frame import (
+    require_wal_filesystem,
+    spark_failure,
+    spark_problem,
+)
 from icegate_dagster.maintenance.wal.publish import (
     STAGING_PREFIX,
     AlreadyCommitted,
@@ -132,6 +136,7 @@ def _compact_locked(
     identifier = ref.spark_identifier(catalog_name)
     if good:
         spark = spark_provider()
+        require_wal_filesystem(spark, wal_root.hadoop_folder(ref))
         good, unreadable = _write_batch(
             spark, identifier, filesystem, table, good, batch_id, settings
         )
