@@ -20,9 +20,11 @@ def wal_folder_lock(wal_root: WalRoot, ref: TableRef) -> Iterator[str | None]:
     Never waits: when another run (another thread or process) holds the lock, the
     block runs at once with the lock file's path, and the caller leaves the WAL to that
     run. The lock is an OS ``flock`` on ``_icegate.lock`` in the WAL folder; it dies
-    with its process, so a crashed run never leaves a stale lock. Remote file systems
-    (and a WAL folder that does not exist yet) get no lock here; Dagster's
-    one-run-per-partition limit covers them.
+    with its process, so a crashed run never leaves a stale lock. Object stores (no
+    ``flock`` there) and a WAL folder that does not exist yet get no lock here: the table's
+    lease in the shared lease store keeps one ingester per table, on every host, and
+    exactly-once never rests on either (the validated commit of
+    :mod:`~icegate_dagster.maintenance.wal.publish`).
     """
     from filelock import FileLock, Timeout
 
