@@ -34,6 +34,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import LEDGER_PROPERTY, configured_wal_root, list_wal_files
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
+from tests.integration.test_secret_command_line import _PsSampler as PsSampler
 from tests.integration.test_wal_compaction import as_rows, wal_rows
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.lease_holder import held_by_another_process
@@ -377,15 +378,21 @@ def test_compact_ingests_every_wal_row_from_s3_once_and_deletes_the_objects(
     s3wal_spark: S3WalLakehouse,
 ) -> None:
     """``icegate-maintain compact`` in its own process: Spark reads the WAL objects through
-    S3A with the configured endpoint and keys, one commit appends every row once, and the
+    S3A with the configured endpoint and keys, which no command line shows (driver and
+    JVM sampled with ``ps`` throughout), one commit appends every row once, and the
     objects are deleted from S3 only after it."""
     lh = s3wal_spark.lh
     before = lh.rows_without_spark(TABLE)
     expected = s3wal_spark.fill(TABLE, files=MIN_WAL_FILES + 1)
 
-    proc = s3wal_spark.cli("compact", "--table", TABLE)
+    with PsSampler() as ps:
+        proc = s3wal_spark.cli("compact", "--table", TABLE)
 
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert ps.samples > 20
+    # The launch was seen: its public S3A settings are on spark-submit's command line.
+    assert any(f"fs.s3a.bucket.{s3wal_spark.bucket}.endpoint" in line for line in ps.lines)
+    s3wal_spark.outputs += sorted(ps.lines)  # checked for the keys at teardown
     assert f"ingested {MIN_WAL_FILES + 1} WAL files" in proc.stdout, proc.stdout
     assert table_rows(lh) == _rows_of(before) + expected
     assert s3wal_spark.waiting(TABLE) == []
