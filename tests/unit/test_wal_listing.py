@@ -14,6 +14,7 @@ from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.wal import (
     RootListing,
     RootListings,
+    WalRoot,
     list_wal_files,
     quarantine,
     quarantined_files,
@@ -140,3 +141,42 @@ def test_a_failed_listing_is_reported_once_and_the_next_wait_lists_again(tmp_pat
     listing = listings.wait(resolve_wal_root(root.as_uri()), liveness)
     assert isinstance(listing, RootListing)
     assert listing.folders[("lakehouse", "logs")].files == 1
+
+
+def _s3_options(root: WalRoot) -> dict[str, object]:
+    """The options pyarrow's S3 file system of ``root`` was built with."""
+    _rebuild, (options,) = root.filesystem.__reduce__()
+    return dict(options)
+
+
+def test_an_s3_root_is_opened_with_its_storage_properties_never_asking_aws() -> None:
+    """``from_uri`` ignored ``s3.endpoint`` and asked AWS for the bucket's region: here the
+    endpoint, keys and path style are pyarrow's, and an endpoint with no region gets
+    us-east-1 without a request. Spark is handed the same folder as ``s3a://``, names
+    exact (escapes of the root decoded once, a table's name joined as it is)."""
+    root = resolve_wal_root(
+        "s3://wal-bucket/in%20gest",
+        {
+            "s3.endpoint": "http://127.0.0.1:9",
+            "s3.access-key-id": "AKIAUNIT",
+            "s3.secret-access-key": "unit-secret",
+            "s3.path-style-access": "true",
+        },
+    )
+    options = _s3_options(root)
+    assert options["endpoint_override"] == "http://127.0.0.1:9"
+    assert (options["access_key"], options["secret_key"]) == ("AKIAUNIT", "unit-secret")
+    assert options["region"] == "us-east-1"
+    assert options["force_virtual_addressing"] is False
+    assert root.path == "wal-bucket/in gest"
+    ref = TableRef("lakehouse", "a#b")
+    assert root.folder(ref) == "wal-bucket/in gest/lakehouse/a#b"
+    assert root.hadoop_folder(ref) == "s3a://wal-bucket/in gest/lakehouse/a#b"
+    assert "unit-secret" not in repr(root)
+    # Virtual addressing when the path style is turned off; a region given is kept.
+    virtual = resolve_wal_root(
+        "s3://wal-bucket/x",
+        {"s3.endpoint": "https://s3.example", "s3.path-style-access": "false", "s3.region": "eu"},
+    )
+    assert _s3_options(virtual)["force_virtual_addressing"] is True
+    assert _s3_options(virtual)["region"] == "eu"
