@@ -31,7 +31,7 @@ from icegate_dagster.maintenance.health.score import TableHealth
 from icegate_dagster.maintenance.health.summary import table_state
 from icegate_dagster.maintenance.sharing import Sharing
 from icegate_dagster.maintenance.trigger.records import error_state, shown_state
-from icegate_dagster.maintenance.wal import WalStats, wal_stats
+from icegate_dagster.maintenance.wal import WalStats, configured_wal_root, wal_stats
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -244,7 +244,7 @@ def table_record(maintainer: Maintainer, ref: TableRef | None, result: TableResu
     table, exclusion, sharing = _standing(maintainer, ref)
     wal_error: str | None = None
     try:
-        wal = wal_stats(config.wal_root, ref) if ref is not None else WalStats(0, 0)
+        wal = wal_stats(configured_wal_root(config), ref) if ref is not None else WalStats(0, 0)
     except Exception as exc:
         wal_error = scrub(
             f"cannot list the WAL of {result.table}: {type(exc).__name__}: {exc}", config

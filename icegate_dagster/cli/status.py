@@ -31,10 +31,10 @@ def discover(maintainer: Maintainer, as_json: bool) -> int:
 def _health(maintainer: Maintainer, ref: TableRef, table: Table) -> TableHealth:
     """The table's health score and due operations, from metadata (and its WAL folder)."""
     from icegate_dagster.maintenance.health.score import assess_table
-    from icegate_dagster.maintenance.wal import wal_stats
+    from icegate_dagster.maintenance.wal import configured_wal_root, wal_stats
 
-    config = maintainer.config
-    wal = wal_stats(config.wal_root, ref) if config.wal_root else None
+    wal_root = configured_wal_root(maintainer.config)
+    wal = wal_stats(wal_root, ref) if wal_root is not None else None
     return assess_table(table, ref.key, maintainer.settings(ref), datetime.now(UTC), wal)
 
 

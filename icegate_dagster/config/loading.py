@@ -42,7 +42,7 @@ _TOP_KEYS = ("catalog", "namespaces", "spark", "wal", "maintain")
 _MAINTAIN_FIELDS = ("log_table", "lock_wait", "parallel_tables", "locks", "trigger", "history")
 #: The blocks whose keys are settings of their own: a ``${VAR}`` under a secret key there
 #: is a secret (see ``IcegateConfig.secrets``); where it appears decides nothing else.
-_SETTING_BLOCKS = ("catalog.", "spark.conf.")
+_SETTING_BLOCKS = ("catalog.", "spark.conf.", "wal.storage.")
 
 
 def _blocks() -> list[str]:
@@ -124,9 +124,11 @@ def _fields_from_file(
             catalog["name"] = properties.pop("name")
     fields["catalog"] = catalog
 
-    wal = _section(top.get("wal"), "wal", {"root"})
+    wal = _section(top.get("wal"), "wal", {"root", "storage"})
     if "root" in wal:
         fields["wal_root"] = wal["root"]
+    if "storage" in wal:
+        fields["wal_storage"] = wal["storage"]
 
     maintain = _section(
         top.get("maintain"),

@@ -46,6 +46,13 @@ DEFAULT_LOCK_WAIT = timedelta(seconds=30)
 #: Tables maintained at once: Spark procedures spend much of their time in the driver
 #: (planning, commits), so a few tables side by side keep the executors busy.
 DEFAULT_PARALLEL_TABLES = 4
+#: Prefixes of the catalog properties that configure storage (pyiceberg's FileIO names):
+#: what ``wal.root`` is opened with when ``wal.storage`` is not set.
+STORAGE_PREFIXES = ("s3.", "client.", "gcs.", "adls.", "hdfs.")
+#: The region of a store named by ``s3.endpoint`` when none is set: what S3-compatible
+#: stores expect by default (asking AWS for the bucket's region would ask about a
+#: stranger's bucket of the same name).
+DEFAULT_S3_REGION = "us-east-1"
 #: Iceberg's own floor for orphan removal: younger files may belong to writes in flight.
 MIN_ORPHAN_RETENTION = timedelta(hours=24)
 #: Bounds of ``maintain.parallel_tables``.
@@ -779,9 +786,21 @@ class IcegateConfig(_Settings):
     spark: SparkSettings = SparkSettings()
     wal_root: str | None = Field(
         default=None,
-        description="where WAL files wait: `<root>/<namespace>/<table>/*.parquet` (a path or "
-        "any URI pyarrow and Spark both read); unset in a file that names a catalog: no WAL "
-        "step. The embedded default's is `./.icegate/wal`",
+        description="where WAL files wait: `<root>/<namespace>/<table>/*.parquet` (a path, "
+        "`s3://bucket/prefix` opened with `wal.storage` or the catalog's `s3.*` settings, or "
+        "another URI pyarrow and Spark both read); unset in a file that names a catalog: no "
+        "WAL step. The embedded default's is `./.icegate/wal`",
+    )
+    wal_storage: _Properties | None = Field(
+        default=None,
+        description="the storage properties `wal.root` is opened with, by pyarrow and by "
+        "Spark, in pyiceberg's names: `s3.endpoint`, `s3.access-key-id`, "
+        "`s3.secret-access-key`, `s3.session-token`, `s3.region`, `s3.path-style-access`, "
+        "`s3.force-virtual-addressing`, `s3.connect-timeout`, `s3.request-timeout`. Unset: "
+        "the catalog block's (its `s3.*` keys); set: these alone, the catalog's left out "
+        "(a WAL in another store, or with keys of its own). Values of secret keys "
+        "(`s3.secret-access-key`, `s3.session-token`...) are kept off command lines and out "
+        "of every message. See [WAL ingest](../concepts/wal-ingest.md#object-storage)",
     )
     log_table: _TableName = Field(
         default=DEFAULT_LOG_TABLE,
@@ -849,6 +868,18 @@ class IcegateConfig(_Settings):
             raise ValueError("must be a path or file:// URI")
         return _resolved(value, info)
 
+    @field_validator("wal_storage")
+    @classmethod
+    def _storage_needs_a_root(cls, value: object, info: ValidationInfo) -> object:
+        if value is not None and not info.data.get("wal_root"):
+            # Only the keys are shown: the values may be secrets.
+            raise _broken(
+                "wal.storage opens wal.root, which is not set: set wal.root (or remove "
+                "wal.storage)",
+                value=sorted(value) if isinstance(value, Mapping) else value,
+            )
+        return value
+
     @field_validator("parallel_tables", mode="before")
     @classmethod
     def _table_count(cls, value: object) -> object:
@@ -858,6 +889,15 @@ class IcegateConfig(_Settings):
         if not MIN_PARALLEL_TABLES <= value <= MAX_PARALLEL_TABLES:
             raise ValueError(f"must be between {MIN_PARALLEL_TABLES} and {MAX_PARALLEL_TABLES}")
         return value
+
+    def wal_storage_properties(self) -> Mapping[str, str]:
+        """The storage properties ``wal.root`` is opened with, by pyarrow and by Spark:
+        ``wal.storage`` when set, else the catalog block's storage keys
+        (:data:`STORAGE_PREFIXES`)."""
+        if self.wal_storage is not None:
+            return self.wal_storage
+        props = self.catalog.properties
+        return {key: value for key, value in props.items() if key.startswith(STORAGE_PREFIXES)}
 
     def for_table(self, table: str) -> TableSettings:
         """Effective settings of ``table`` (``namespace.table``): its own entry of
@@ -893,6 +933,7 @@ class IcegateConfig(_Settings):
 FILE_KEYS: dict[tuple[str | int, ...], str] = {
     ("catalog", "properties"): "catalog",
     ("wal_root",): "wal.root",
+    ("wal_storage",): "wal.storage",
     ("log_table",): "maintain.log_table",
     ("lock_wait",): "maintain.lock_wait",
     ("parallel_tables",): "maintain.parallel_tables",

@@ -189,12 +189,15 @@ def secret_values(settings: CatalogSettings) -> list[str]:
 def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
     """Every secret the configuration holds, longest first: the catalog's, the values of
     secret ``spark.conf`` keys, the secret parts of every other value (URI passwords,
-    ``?password=``), ``wal.root``'s keys and each ``${VAR}`` value put under a secret key."""
+    ``?password=``), ``wal.root``'s keys, the values of secret ``wal.storage`` keys and each
+    ``${VAR}`` value put under a secret key."""
     values = [*secret_values(config.catalog), *config.secrets]
     for key, value in config.spark.conf.items():
         values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
     if config.wal_root:
         values += storage_uri_secrets(config.wal_root)  # s3://<access key>:<secret>@
+    for key, value in (config.wal_storage or {}).items():
+        values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
     if config.locks.uri:
         values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
     return ordered(values)

@@ -15,7 +15,7 @@ from icegate_dagster.config import IcegateConfig
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.ops import OPERATIONS, OpContext, skip_reason
 from icegate_dagster.maintenance.results import TableStats
-from icegate_dagster.maintenance.wal.files import compaction_due, wal_stats
+from icegate_dagster.maintenance.wal.files import compaction_due, configured_wal_root, wal_stats
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -88,7 +88,7 @@ def pass_outlook(
             ctx = tables.op_context(ref, table, stats, dry_run=False, force=False)
             if "wal_compaction" in names and config.wal_root is not None:
                 # Its waiting files are written into the table.
-                wal = wal_stats(config.wal_root, ref)
+                wal = wal_stats(configured_wal_root(config), ref)
                 total = None if total is None else total + wal.bytes
                 needs_spark = needs_spark or (
                     compaction_due(wal.files, wal.bytes, ctx.settings.compaction)

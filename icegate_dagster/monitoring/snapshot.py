@@ -39,7 +39,7 @@ from icegate_dagster.maintenance.log.totals import LogTotals, OperationTotals, T
 from icegate_dagster.maintenance.trigger.look import LookCache, list_tables, look_at_lakehouse
 from icegate_dagster.maintenance.trigger.records import OperationMemory
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory, memory_for
-from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
+from icegate_dagster.maintenance.wal import WalStats, configured_wal_root, wal_backlogs
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -294,9 +294,10 @@ class Gatherer:
                 down("catalog", exc)
                 listing = None
             if listing is not None:
-                if config.wal_root:
+                wal_root = configured_wal_root(config)
+                if wal_root is not None:
                     try:
-                        wal, _ = wal_backlogs(config.wal_root, [TableRef.parse(t) for t in tables])
+                        wal, _ = wal_backlogs(wal_root, [TableRef.parse(t) for t in tables])
                         ok("wal", now)
                     except Exception as exc:  # keep the last backlog: no table looks "changed"
                         down("wal", exc)

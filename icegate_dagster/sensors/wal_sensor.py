@@ -44,6 +44,7 @@ from icegate_dagster.maintenance.wal import (
     WalStats,
     backlogs_of,
     compaction_due,
+    configured_wal_root,
 )
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.requests import request_runs
@@ -116,7 +117,8 @@ def wal_exclusions(tick: Tick, tables: list[str]) -> dict[str, str]:
 def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult | dg.SkipReason:
     """One evaluation of ``wal_size_sensor`` (the module docstring's five steps)."""
     config = tick.config
-    if not config.wal_root:
+    wal_root = configured_wal_root(config)
+    if wal_root is None:
         return dg.SkipReason("wal.root is not configured: there is no WAL to watch")
     maintainer = tick.lakehouse.maintainer(run_id="wal")
     try:
@@ -131,7 +133,7 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
     waits_until = tick.deadline - config.trigger.tick_deadline.total_seconds() * (1 - LIST_SHARE)
     asked_at = time.time()
     try:
-        listing = WAL_LISTINGS.wait(config.wal_root, waits_until)
+        listing = WAL_LISTINGS.wait(wal_root, waits_until)
     except Exception as exc:
         return dg.SensorResult(
             skip_reason=f"cannot list wal.root: {describe_error(exc, tick.scrub)}",
@@ -148,7 +150,7 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
             f"{asked_at - listing.started_at:.0f} s ago (it took {listing.took_s:.0f} s)"
         )
     backlogs, unusable = backlogs_of(
-        config.wal_root, listing.folders, [TableRef.parse(t) for t in tables]
+        wal_root.uri, listing.folders, [TableRef.parse(t) for t in tables]
     )
     due = {
         table: stats

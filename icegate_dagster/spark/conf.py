@@ -29,6 +29,7 @@ from icegate_dagster.spark.jvm_options import (
     local_jit_options,
 )
 from icegate_dagster.spark.s3_file_io import check_s3_support
+from icegate_dagster.spark.s3a import wal_s3a_conf
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -73,6 +74,7 @@ def build_spark_conf(config: IcegateConfig, *, small_work: bool = False) -> dict
     if user_jars or jars:
         conf["spark.jars"] = ",".join([*user_jars, *jars])
     conf.update(spark_catalog_conf(config.catalog))
+    conf.update(wal_s3a_conf(config))  # an s3:// wal.root read by Spark through S3A
     # The driver's classes mapped from setup's archive when there is one.
     shared = class_sharing_options(user.get("spark.driver.extraJavaOptions", ""))
     master = config.spark.master

@@ -16,6 +16,7 @@ from icegate_dagster.config.secrets import config_secrets
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.spark.catalog_conf import spark_catalog_conf
 from icegate_dagster.spark.conf import NANOS_AS_LONG, NO_SUBSTITUTION, build_spark_conf
+from icegate_dagster.spark.s3a import wal_s3a_conf
 from icegate_dagster.spark.secret_settings import (
     apply_runtime_conf,
     private_launch_settings,
@@ -87,6 +88,8 @@ def _register_catalog(session: SparkSession, config: IcegateConfig) -> None:
                 f"Spark catalog {config.catalog.name!r} is already registered in this process "
                 f"with another setting for {key}; give each catalog its own name"
             )
+    # Its WAL bucket's S3A settings too (per bucket, set at run time like any secret).
+    apply_runtime_conf(session, wal_s3a_conf(config))
 
 
 def stop_spark() -> None:

@@ -56,7 +56,7 @@ from icegate_dagster.maintenance.trigger.records import (
     backoff_wait,
     shown_state,
 )
-from icegate_dagster.maintenance.wal import wal_stats
+from icegate_dagster.maintenance.wal import configured_wal_root, wal_stats
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.health_sensor import HealthCursor, table_health_sensor
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
@@ -265,7 +265,7 @@ class Simulation:
         for entry in job.entries:
             attempts = [self.outcome(entry.table, op) for op in entry.operations or ()]
             ref = TableRef.parse(entry.table)
-            wal = wal_stats(self.lh.config.wal_root, ref)
+            wal = wal_stats(configured_wal_root(self.lh.config), ref)
             after = look_at(maintainer, entry.table, wal, end)
             assert after.health is not None, after.error
             verdict = health_score_check(after.health, after.health.min_score)

@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from icegate_dagster.cli.dispatch import run_cli
+from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import CHECKPOINTS, FILES_PROPERTY
+from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory
 
 TABLE = "lakehouse.logs"
@@ -364,3 +366,31 @@ def test_a_wal_root_whose_path_has_a_space_or_escapes_is_read_where_it_is(
     assert op["output"]["quarantined"] == [] and op["output"]["rows_added"] == 300
     assert spark_rows(lh, TABLE) == expected
     assert list((moved / "lakehouse" / "logs").glob("*.parquet")) == []
+
+
+def test_an_s3_wal_of_a_config_registered_later_reaches_the_running_session(
+    lh: Lakehouse,
+) -> None:
+    """The process's one session serves a later configuration too: its S3 WAL's S3A
+    settings (per bucket, keys included) are set on the running session's Hadoop
+    configuration, which Spark's file reads use."""
+    spark = get_spark(lh.config)  # running, with or without S3 settings of its own
+    raw = yaml.safe_load(lh.config_path.read_text())
+    raw["catalog"]["name"] = f"{raw['catalog']['name']}_s3wal"
+    raw["wal"] = {
+        "root": "s3://later-wal/ingest",
+        "storage": {
+            "s3.endpoint": "http://127.0.0.1:9",
+            "s3.access-key-id": "AKIALATER",
+            "s3.secret-access-key": "later-secret",
+        },
+    }
+    later = lh.root / "later.yaml"
+    later.write_text(yaml.safe_dump(raw))
+
+    assert get_spark(load_config(later)) is spark
+
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    assert hadoop.get("fs.s3a.bucket.later-wal.endpoint") == "http://127.0.0.1:9"
+    assert hadoop.get("fs.s3a.bucket.later-wal.path.style.access") == "true"
+    assert hadoop.get("fs.s3a.bucket.later-wal.secret.key") == "later-secret"

@@ -19,7 +19,7 @@ import pytest
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.identifiers import quote_identifier
 from icegate_dagster.maintenance.leases.holder import TableLeasing
-from icegate_dagster.maintenance.wal import FILES_PROPERTY, compaction
+from icegate_dagster.maintenance.wal import FILES_PROPERTY, WalRoot, compaction
 from icegate_dagster.spark.session import get_spark
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory
@@ -30,7 +30,7 @@ def unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
     """No lease and no WAL flock: two ingesters may reach the same files."""
 
     @contextlib.contextmanager
-    def no_flock(wal_root: str, ref: TableRef) -> Iterator[None]:
+    def no_flock(wal_root: WalRoot, ref: TableRef) -> Iterator[None]:
         yield None
 
     monkeypatch.setattr(TableLeasing, "locks", property(lambda self: None))

@@ -45,7 +45,7 @@ from icegate_dagster.assets.runs import UNFINISHED, batch_entries
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.health.score import assess_table
-from icegate_dagster.maintenance.wal import wal_stats
+from icegate_dagster.maintenance.wal import configured_wal_root, wal_stats
 from tests.integration.test_wal_compaction import wal_rows
 from tests.lakehouse import Lakehouse, LakehouseFactory, batch
 from tests.servers import ServerProcess, free_port, http_answers, process_tree, wait_until
@@ -140,7 +140,7 @@ def _due(lh: Lakehouse) -> dict[str, tuple[str, ...]]:
     for key in (WRITTEN, LOGS, IDLE):
         ref = TableRef.parse(key)
         table = lh.catalog.load_table(ref.identifier)
-        wal = wal_stats(lh.config.wal_root, ref)
+        wal = wal_stats(configured_wal_root(lh.config), ref)
         health = assess_table(table, key, lh.config.for_table(key), datetime.now(UTC), wal)
         if health.due_operations:
             due[key] = tuple(health.due_operations)

@@ -225,6 +225,17 @@ BAD_CONFIGS = [
         "catalog.password",
         "ICEGATE_SURELY_UNSET_VAR",
     ),
+    (
+        {"catalog": {"uri": "sqlite:///x.db"}, "wal": {"storage": {"s3.secret-access-key": "k"}}},
+        "wal.storage",
+        "['s3.secret-access-key']: wal.storage opens wal.root, which is not set",
+    ),
+    (
+        {"catalog": {"uri": "sqlite:///x.db"}, "wal": {"root": "s3://b/w", "storage": "x"}},
+        "wal.storage",
+        "mapping",
+    ),
+    ({"wal": {"root": "s3://b/w", "stroage": {}}}, "wal.stroage", "allowed: root, storage"),
 ]
 
 

@@ -15,7 +15,13 @@ from icegate_dagster.config import load_config
 from icegate_dagster.errors import IcegateError
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.discovery import table_locations
-from icegate_dagster.maintenance.wal import list_wal_files, wal_backlogs, wal_location, wal_stats
+from icegate_dagster.maintenance.wal import (
+    list_wal_files,
+    resolve_wal_root,
+    wal_backlogs,
+    wal_location,
+    wal_stats,
+)
 from tests.lakehouse import SCHEMA, Lakehouse, LakehouseFactory, batch
 
 
@@ -47,9 +53,9 @@ def test_names_that_would_leave_the_wal_folder_are_refused(namespace: str, name:
     message = str(raised.value)
     assert repr(ref.key) in message and "WAL" in message
     with pytest.raises(IcegateError):
-        list_wal_files("file:///wal", ref)
+        list_wal_files(resolve_wal_root("file:///wal"), ref)
     with pytest.raises(IcegateError):
-        wal_stats("file:///wal", ref)
+        wal_stats(resolve_wal_root("file:///wal"), ref)
 
 
 def test_ordinary_names_keep_their_wal_folder() -> None:
@@ -70,8 +76,8 @@ def test_wal_sensor_lists_nothing_outside_the_wal_root(
     lh.wal_dir("lakehouse.logs")
     assert lh.config.wal_root is not None
     refs = [TableRef("lakehouse", "logs"), TableRef("..", "lakehouse"), TableRef("lakehouse", "..")]
-    backlogs, refused = wal_backlogs(lh.config.wal_root, refs)
-    assert backlogs == {"lakehouse.logs": wal_stats(lh.config.wal_root, refs[0])}
+    backlogs, refused = wal_backlogs(resolve_wal_root(lh.config.wal_root), refs)
+    assert backlogs == {"lakehouse.logs": wal_stats(resolve_wal_root(lh.config.wal_root), refs[0])}
     assert backlogs["lakehouse.logs"].files == 0  # the file above the root is never counted
     assert sorted(refused) == ["...lakehouse", "lakehouse..."]
     assert all("would not be one folder under wal.root" in why for why in refused.values())

@@ -267,3 +267,43 @@ def test_scrub_masks_whole_values_never_pieces_of_words(tmp_path: Path) -> None:
     assert scrub("icegate gate, gates: gate.", config) == "icegate ***, gates: ***."
     # The password as the driver decodes it and as the URI writes it.
     assert scrub("p@ss/w0rd and u:p%40ss%2Fw0rd@", config) == "*** and u:***@"
+
+
+def test_wal_storage_keys_are_secrets_and_reach_spark_per_bucket_at_run_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wal.storage``'s keys (written in the file or through ``${VAR}``) are scrubbed from
+    messages, and the S3A settings built from them for the WAL's bucket are set on the
+    running session, never on the command line; the rest are public and per bucket."""
+    monkeypatch.setenv("ICEGATE_T_WAL_SECRET", "walsecret-9d2c")
+    config = config_from_dict(
+        {
+            "catalog": {"name": "cat", "uri": f"sqlite:///{tmp_path}/c.db"},
+            "wal": {
+                "root": "s3://wal-bucket/ingest",
+                "storage": {
+                    "s3.endpoint": "http://127.0.0.1:8333",
+                    "s3.access-key-id": "AKIAWALKEY1",
+                    "s3.secret-access-key": "${ICEGATE_T_WAL_SECRET}",
+                    "s3.path-style-access": True,
+                },
+            },
+        },
+        tmp_path,
+    )
+    assert {"walsecret-9d2c", "AKIAWALKEY1"} <= set(config_secrets(config))
+    assert scrub("denied: AKIAWALKEY1 / walsecret-9d2c", config) == "denied: *** / ***"
+
+    split = split_secret_conf(build_spark_conf(config), config_secrets(config))
+
+    bucket = "spark.hadoop.fs.s3a.bucket.wal-bucket."
+    assert split.runtime[bucket + "access.key"] == "AKIAWALKEY1"
+    assert split.runtime[bucket + "secret.key"] == "walsecret-9d2c"
+    assert {key: value for key, value in split.public.items() if key.startswith(bucket)} == {
+        bucket + "endpoint": "http://127.0.0.1:8333",
+        bucket + "connection.ssl.enabled": "false",
+        bucket + "path.style.access": "true",
+        bucket + "endpoint.region": "us-east-1",
+    }
+    public = " ".join(f"{k}={v}" for k, v in split.public.items())
+    assert "AKIAWALKEY1" not in public and "walsecret-9d2c" not in public

@@ -19,7 +19,12 @@ import pytest
 
 from icegate_dagster.config import CompactionSettings
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.wal import LOCK_FILE, compact_wal, wal_folder_lock
+from icegate_dagster.maintenance.wal import (
+    LOCK_FILE,
+    compact_wal,
+    resolve_wal_root,
+    wal_folder_lock,
+)
 
 REF = TableRef("lakehouse", "logs")
 
@@ -60,10 +65,10 @@ def other_process(wal_root: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_a_free_lock_is_taken_for_the_block_and_released_after(wal_root: str) -> None:
-    with wal_folder_lock(wal_root, REF) as held_by:
+    with wal_folder_lock(resolve_wal_root(wal_root), REF) as held_by:
         assert held_by is None
         assert os.path.isfile(_lock_path(wal_root))
-    with wal_folder_lock(wal_root, REF) as held_by:
+    with wal_folder_lock(resolve_wal_root(wal_root), REF) as held_by:
         assert held_by is None
     assert os.path.isfile(_lock_path(wal_root))  # left in place, as a flock file should
 
@@ -72,12 +77,12 @@ def test_a_second_run_in_this_process_finds_the_lock_held(wal_root: str) -> None
     seen: list[str | None] = []
 
     def other_thread() -> None:
-        with wal_folder_lock(wal_root, REF) as held_by:
+        with wal_folder_lock(resolve_wal_root(wal_root), REF) as held_by:
             seen.append(held_by)
 
-    with wal_folder_lock(wal_root, REF) as first:
+    with wal_folder_lock(resolve_wal_root(wal_root), REF) as first:
         assert first is None
-        with wal_folder_lock(wal_root, REF) as nested:
+        with wal_folder_lock(resolve_wal_root(wal_root), REF) as nested:
             assert nested == _lock_path(wal_root)
         thread = threading.Thread(target=other_thread)
         thread.start()
@@ -88,7 +93,7 @@ def test_a_second_run_in_this_process_finds_the_lock_held(wal_root: str) -> None
 def test_a_lock_held_by_another_process_is_reported_not_waited_for(
     wal_root: str, other_process: subprocess.Popen[str]
 ) -> None:
-    with wal_folder_lock(wal_root, REF) as held_by:
+    with wal_folder_lock(resolve_wal_root(wal_root), REF) as held_by:
         assert held_by == _lock_path(wal_root)
 
 
@@ -97,16 +102,16 @@ def test_a_killed_holder_leaves_no_stale_lock(
 ) -> None:
     other_process.send_signal(signal.SIGKILL)
     other_process.wait(timeout=30)
-    with wal_folder_lock(wal_root, REF) as held_by:
+    with wal_folder_lock(resolve_wal_root(wal_root), REF) as held_by:
         assert held_by is None
 
 
 def test_no_lock_without_a_local_wal_folder(tmp_path: Path) -> None:
     """A remote root, and a folder that does not exist yet: no lock, and no folder made."""
-    with wal_folder_lock("mock:///wal", REF) as held_by:
+    with wal_folder_lock(resolve_wal_root("mock:///wal"), REF) as held_by:
         assert held_by is None
     missing = tmp_path / "nowhere"
-    with wal_folder_lock(missing.as_uri(), REF) as held_by:
+    with wal_folder_lock(resolve_wal_root(missing.as_uri()), REF) as held_by:
         assert held_by is None
     assert not missing.exists()
 
@@ -122,7 +127,7 @@ def test_compaction_leaves_a_locked_wal_to_the_holder(
         "lakehouse",
         REF,
         None,  # type: ignore[arg-type]  # never read: the lock is checked first
-        wal_root,
+        resolve_wal_root(wal_root),
         CompactionSettings(),
         force=True,
     )

@@ -26,6 +26,7 @@ from icegate_dagster.maintenance.wal import (
     committed_wal_files,
     compact_wal,
     list_wal_files,
+    resolve_wal_root,
     settle_committed,
 )
 
@@ -78,7 +79,9 @@ def test_no_wal_root_no_work(table: Table) -> None:
 
 
 def test_an_empty_wal_is_skipped(table: Table, wal_root: str) -> None:
-    outcome = compact_wal(no_spark, "lakehouse", REF, table, wal_root, RULE, force=True)
+    outcome = compact_wal(
+        no_spark, "lakehouse", REF, table, resolve_wal_root(wal_root), RULE, force=True
+    )
     assert outcome.status == "skipped"
     assert outcome.details == f"no WAL files waiting in {wal_root}/lakehouse/logs"
     assert outcome.output == {
@@ -93,9 +96,9 @@ def test_an_empty_wal_is_skipped(table: Table, wal_root: str) -> None:
 
 def test_a_wal_below_its_thresholds_waits(tmp_path: Path, table: Table, wal_root: str) -> None:
     _wal_file(tmp_path, "a.parquet")
-    size = list_wal_files(wal_root, REF)[0].size
+    size = list_wal_files(resolve_wal_root(wal_root), REF)[0].size
 
-    outcome = compact_wal(no_spark, "lakehouse", REF, table, wal_root, RULE)
+    outcome = compact_wal(no_spark, "lakehouse", REF, table, resolve_wal_root(wal_root), RULE)
 
     assert outcome.status == "skipped"
     assert outcome.details == (
@@ -103,7 +106,7 @@ def test_a_wal_below_its_thresholds_waits(tmp_path: Path, table: Table, wal_root
     )
     assert outcome.output["wal_files_pending"] == 1
     assert outcome.output["wal_bytes_pending"] == size
-    assert [f.name for f in list_wal_files(wal_root, REF)] == ["a.parquet"]
+    assert [f.name for f in list_wal_files(resolve_wal_root(wal_root), REF)] == ["a.parquet"]
 
 
 def test_the_record_is_the_ledger_and_the_main_branch_summaries(
@@ -111,7 +114,7 @@ def test_the_record_is_the_ledger_and_the_main_branch_summaries(
 ) -> None:
     _wal_file(tmp_path, "a.parquet")
     _wal_file(tmp_path, "b.parquet")
-    a, b = (f.identity for f in list_wal_files(wal_root, REF))
+    a, b = (f.identity for f in list_wal_files(resolve_wal_root(wal_root), REF))
     table.append(_rows(1, 2), snapshot_properties={FILES_PROPERTY: _record(a)})
     with table.transaction() as transaction:
         transaction.set_properties({LEDGER_PROPERTY: _record(b)})
@@ -135,15 +138,17 @@ def test_leftovers_of_a_commit_are_deleted_not_ingested_again(
     completes, though nothing new is ingested (and so Spark never starts)."""
     _wal_file(tmp_path, "a.parquet")
     _wal_file(tmp_path, "b.parquet")
-    committed = next(f.identity for f in list_wal_files(wal_root, REF) if f.name == "a.parquet")
+    committed = next(
+        f.identity for f in list_wal_files(resolve_wal_root(wal_root), REF) if f.name == "a.parquet"
+    )
     with table.transaction() as transaction:
         transaction.set_properties({LEDGER_PROPERTY: _record(committed)})
 
-    outcome = compact_wal(no_spark, "lakehouse", REF, table, wal_root, RULE)
+    outcome = compact_wal(no_spark, "lakehouse", REF, table, resolve_wal_root(wal_root), RULE)
 
     assert outcome.status == "completed"
     assert outcome.details.endswith("; deleted 1 WAL files an earlier commit already holds")
     assert outcome.output["wal_files_recovered"] == 1
     assert outcome.output["wal_files_pending"] == 1
-    assert [f.name for f in list_wal_files(wal_root, REF)] == ["b.parquet"]
-    assert settle_committed(table, wal_root, REF) == 0  # nothing left to settle
+    assert [f.name for f in list_wal_files(resolve_wal_root(wal_root), REF)] == ["b.parquet"]
+    assert settle_committed(table, resolve_wal_root(wal_root), REF) == 0  # nothing left to settle

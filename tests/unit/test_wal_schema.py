@@ -38,7 +38,7 @@ from pyiceberg.types import (
 )
 
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.wal import list_wal_files, schema_problem
+from icegate_dagster.maintenance.wal import list_wal_files, resolve_wal_root, schema_problem
 from icegate_dagster.maintenance.wal.schema import inspect_files
 
 #: One optional column per Iceberg type, and a required ``id`` every file must carry.
@@ -241,7 +241,7 @@ def test_footers_sort_files_into_good_and_bad(tmp_path: Path, table: Table) -> N
     )
     _write(folder, "d-wide.parquet", _rows(i32=pa.array([1, 2, 3], pa.int64())))
     (folder / "e-junk.parquet").write_bytes(b"not parquet at all")
-    files = sorted(list_wal_files(tmp_path.as_uri(), REF), key=lambda f: f.name)
+    files = sorted(list_wal_files(resolve_wal_root(tmp_path.as_uri()), REF), key=lambda f: f.name)
 
     inspected = inspect_files(fs.LocalFileSystem(), files, table, full_read=False)
 
@@ -263,7 +263,7 @@ def test_footers_sort_files_into_good_and_bad(tmp_path: Path, table: Table) -> N
 def test_a_vanished_file_is_left_out(tmp_path: Path, table: Table) -> None:
     folder = tmp_path / "wal" / "events"
     _write(folder, "gone.parquet", _rows())
-    files = list_wal_files(tmp_path.as_uri(), REF)
+    files = list_wal_files(resolve_wal_root(tmp_path.as_uri()), REF)
     (folder / "gone.parquet").unlink()
 
     inspected = inspect_files(fs.LocalFileSystem(), files, table, full_read=False)
@@ -290,7 +290,7 @@ def test_an_io_error_is_retried_once_before_the_file_counts_as_bad(
     tmp_path: Path, table: Table
 ) -> None:
     _write(tmp_path / "wal" / "events", "a.parquet", _rows(day=pa.array([date(2026, 1, 1)] * 3)))
-    files = list_wal_files(tmp_path.as_uri(), REF)
+    files = list_wal_files(resolve_wal_root(tmp_path.as_uri()), REF)
 
     once = _FlakyStore(failures=1)
     inspected = inspect_files(once, files, table, full_read=True)

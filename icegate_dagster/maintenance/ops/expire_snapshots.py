@@ -49,7 +49,11 @@ from icegate_dagster.maintenance.sharing import (
     shared_files,
     table_sharing,
 )
-from icegate_dagster.maintenance.wal import settle_committed, wal_files_to_settle
+from icegate_dagster.maintenance.wal import (
+    configured_wal_root,
+    settle_committed,
+    wal_files_to_settle,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import ManifestEntry, ManifestFile
@@ -458,7 +462,8 @@ class ExpireSnapshots(Operation):
 
     def plan(self, ctx: OpContext) -> Plan:
         reason = self._nothing(ctx)
-        if reason is not None and not wal_files_to_settle(ctx.table, ctx.config.wal_root, ctx.ref):
+        wal_root = configured_wal_root(ctx.config)
+        if reason is not None and not wal_files_to_settle(ctx.table, wal_root, ctx.ref):
             return Outcome.skip(reason, wal_files_settled=0)
         return None  # expiry due, or WAL leftovers of a commit to settle first
 
@@ -467,7 +472,7 @@ class ExpireSnapshots(Operation):
         if ctx.dry_run:
             return self._dry_run(ctx)
         # Expiry may drop a WAL commit's record: first settle any WAL files it still covers.
-        settled = settle_committed(ctx.table, ctx.config.wal_root, ctx.ref)
+        settled = settle_committed(ctx.table, configured_wal_root(ctx.config), ctx.ref)
         reason = self._nothing(ctx)
         if reason is not None:
             return Outcome.skip(reason, wal_files_settled=settled)

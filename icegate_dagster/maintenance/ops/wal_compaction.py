@@ -12,7 +12,7 @@ from icegate_dagster.maintenance.wal import (
     STAGING_PREFIX,
     compact_wal,
     compaction_due,
-    wal_location,
+    configured_wal_root,
     wal_stats,
 )
 
@@ -41,18 +41,18 @@ class WalCompaction(Operation):
         # An empty folder with no staging branch left by a crash needs nothing (no lease, no
         # JVM); otherwise compact_wal decides under the lease: it settles files an earlier
         # commit holds, sweeps stale branches and checks the thresholds.
-        wal_root = ctx.config.wal_root
+        wal_root = configured_wal_root(ctx.config)
         if wal_root is None:
             return "no wal.root configured"
         staging = any(name.startswith(STAGING_PREFIX) for name in ctx.table.metadata.refs)
         if not staging and wal_stats(wal_root, ctx.ref).files == 0:
-            return f"no WAL files waiting in {wal_location(wal_root, ctx.ref)}"
+            return f"no WAL files waiting in {wal_root.location(ctx.ref)}"
         return None
 
     def run(self, ctx: OpContext) -> Outcome:
         rule = ctx.settings.compaction
         if ctx.dry_run:
-            wal = wal_stats(ctx.config.wal_root, ctx.ref)
+            wal = wal_stats(configured_wal_root(ctx.config), ctx.ref)
             due = compaction_due(wal.files, wal.bytes, rule)
             return Outcome.skip(
                 f"dry run: {wal.files} WAL files ({wal.bytes} bytes) waiting; "
@@ -68,7 +68,7 @@ class WalCompaction(Operation):
             ctx.catalog_name,
             ctx.ref,
             ctx.table,
-            ctx.config.wal_root,
+            configured_wal_root(ctx.config),
             rule,
             force=ctx.force,
             fault_hook=ctx.fault_hook,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from icegate_dagster.maintenance.discovery import metadata_reach
+from icegate_dagster.maintenance.storage import io_filesystem
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -46,10 +47,9 @@ def table_filesystem(table: Table) -> tuple[FileSystem, str]:
     keys, and would ask another store (real AWS) about a bucket of the same name."""
     from pyarrow import fs
 
-    io = table.io
-    if hasattr(io, "parse_location") and hasattr(io, "fs_by_scheme"):  # PyArrowFileIO
-        scheme, netloc, path = io.parse_location(table.location())
-        return io.fs_by_scheme(scheme, netloc), path
+    found = io_filesystem(table.io, table.location())
+    if found is not None:
+        return found
     return fs.FileSystem.from_uri(table.location())  # type: ignore[no-any-return]
 
 
@@ -176,19 +176,19 @@ def iceberg_orphans(table: Table, older_than: datetime) -> list[str] | None:
     procedure to decide: a store the table's pyarrow FileIO does not list, a path Hadoop
     would read differently, more than :data:`MAX_MANIFESTS` manifests, or a listed file that
     matches a referenced one but for its scheme or authority (Iceberg refuses those)."""
-    io = table.io
-    if not (hasattr(io, "parse_location") and hasattr(io, "fs_by_scheme")):  # not PyArrowFileIO
-        return None
     try:
         prefixes = hidden_partition_prefixes(table)
         listed: list[str] = []
         for root in listed_roots(table):
             if _ident(root) is None:
                 return None
-            scheme, netloc, path = io.parse_location(root)
-            filesystem = io.fs_by_scheme(scheme, netloc)
-            prefix = "file:" if scheme in ("", "file") else f"{scheme}://"
-            listed += [prefix + p for p in _list_old(filesystem, path, older_than, prefixes)]
+            found = io_filesystem(table.io, root)
+            if found is None:  # not a pyarrow FileIO
+                return None
+            filesystem, folder = found
+            root_scheme = urlparse(root).scheme
+            prefix = "file:" if root_scheme in ("", "file") else f"{root_scheme}://"
+            listed += [prefix + p for p in _list_old(filesystem, folder, older_than, prefixes)]
         referenced = live_references(table)
     except Exception:  # an unusual store or metadata: Iceberg's procedure decides
         return None

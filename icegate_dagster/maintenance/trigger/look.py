@@ -50,7 +50,7 @@ from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.sharing import Sharing, sharing_of
 from icegate_dagster.maintenance.trigger.selection import rotation
 from icegate_dagster.maintenance.trigger.store import StoredLook, TriggerMemory
-from icegate_dagster.maintenance.wal import WalStats, wal_backlogs
+from icegate_dagster.maintenance.wal import WalStats, configured_wal_root, wal_backlogs
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -343,8 +343,9 @@ def look_at_lakehouse(
     config = maintainer.config
     listing = listing if listing is not None else list_tables(maintainer)
     tables = list(listing.tables)
-    if wal is None and config.wal_root:
-        wal, _ = wal_backlogs(config.wal_root, [TableRef.parse(t) for t in tables])
+    wal_root = configured_wal_root(config)
+    if wal is None and wal_root is not None:
+        wal, _ = wal_backlogs(wal_root, [TableRef.parse(t) for t in tables])
     wal = wal or {}
     # One deployment: its store and catalog (an engine is made anew with each catalog).
     store_key = f"{memory.engine.url if memory is not None else '-'}|{config.catalog.name}"

@@ -22,14 +22,18 @@ from icegate_dagster.maintenance.results import Outcome, Status
 from icegate_dagster.maintenance.wal.checkpoints import FaultHook, checkpoint
 from icegate_dagster.maintenance.wal.files import (
     WalFile,
+    WalRoot,
     compaction_due,
     list_wal_files,
     quarantine,
     wal_filesystem,
-    wal_location,
 )
 from icegate_dagster.maintenance.wal.folder_lock import wal_folder_lock
-from icegate_dagster.maintenance.wal.frame import spark_failure, spark_problem
+from icegate_dagster.maintenance.wal.frame import (
+    require_wal_filesystem,
+    spark_failure,
+    spark_problem,
+)
 from icegate_dagster.maintenance.wal.publish import (
     STAGING_PREFIX,
     AlreadyCommitted,
@@ -53,7 +57,7 @@ def compact_wal(
     catalog_name: str,
     ref: TableRef,
     table: Table,
-    wal_root: str | None,
+    wal_root: WalRoot | None,
     settings: CompactionSettings,
     *,
     force: bool = False,
@@ -64,7 +68,7 @@ def compact_wal(
     ``spark_provider`` is only called when there is something to write, so a
     table below its thresholds never starts a JVM.
     """
-    if not wal_root:
+    if wal_root is None:
         return Outcome.skip("no wal.root configured")
     with wal_folder_lock(wal_root, ref) as held_by:
         if held_by is not None:
@@ -90,7 +94,7 @@ def _compact_locked(
     catalog_name: str,
     ref: TableRef,
     table: Table,
-    wal_root: str,
+    wal_root: WalRoot,
     settings: CompactionSettings,
     force: bool,
     hook: FaultHook | None,
@@ -114,7 +118,7 @@ def _compact_locked(
     idle: Status = "completed" if settled else "skipped"
     if not pending:
         return Outcome(
-            idle, f"no WAL files waiting in {wal_location(wal_root, ref)}{recovered}", output
+            idle, f"no WAL files waiting in {wal_root.location(ref)}{recovered}", output
         )
     if not force and not compaction_due(len(pending), pending_bytes, settings):
         return Outcome(
@@ -132,6 +136,7 @@ def _compact_locked(
     identifier = ref.spark_identifier(catalog_name)
     if good:
         spark = spark_provider()
+        require_wal_filesystem(spark, wal_root.hadoop_folder(ref))
         good, unreadable = _write_batch(
             spark, identifier, filesystem, table, good, batch_id, settings
         )
@@ -200,7 +205,7 @@ def _compact_locked(
 
 
 def _quarantine_all(
-    wal_root: str, ref: TableRef, bad: list[tuple[WalFile, str]]
+    wal_root: WalRoot, ref: TableRef, bad: list[tuple[WalFile, str]]
 ) -> list[dict[str, str]]:
     moved = []
     for wal_file, reason in bad:

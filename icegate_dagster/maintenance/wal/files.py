@@ -12,14 +12,17 @@ with a ``<file>.reason.txt`` beside each.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from icegate_dagster.config import CompactionSettings
+from icegate_dagster.config import CompactionSettings, IcegateConfig
 from icegate_dagster.errors import InvalidIdentifierError
 from icegate_dagster.maintenance.identifiers import TableRef
+from icegate_dagster.maintenance.leases.store import check_lease
+from icegate_dagster.maintenance.storage import CONFIGURED_SCHEMES, storage_filesystem
+from icegate_dagster.spark.s3a import S3A_SCHEMES
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -102,20 +105,46 @@ def wal_location(wal_root: str, ref: TableRef) -> str:
 
 @dataclass(frozen=True)
 class WalRoot:
-    """``wal.root`` resolved: its file system, and the root as pyarrow and Hadoop name it.
+    """``wal.root`` and the storage properties it is opened with (:func:`configured_wal_root`);
+    its file system and exact path are worked out on first use (:attr:`filesystem`,
+    :attr:`path`, :attr:`hadoop`).
 
     Only the root is a URI. Table folders are joined to it as plain path text: a URI parser
     given ``<root>/<namespace>/<table>`` cuts it at ``#`` or ``?``, decodes ``%xx`` and
     refuses spaces and non-ASCII letters, which sent ``ns.a#b`` to ``ns.a``'s WAL (issue 37).
     """
 
-    filesystem: fs.FileSystem
-    #: The root's path inside ``filesystem``, exact (percent-escapes of the URI decoded).
-    path: str
-    #: The same folder as a Hadoop path string for Spark: the URI's scheme and authority,
-    #: then the exact path. Hadoop takes a path string literally (no query, fragment or
-    #: %-decoding), so a name joined to it names that very folder.
-    hadoop: str
+    #: ``wal.root`` as configured (what messages name).
+    uri: str
+    #: The storage properties, sorted (kept out of ``repr``: they hold keys).
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def filesystem(self) -> fs.FileSystem:
+        """The pyarrow file system holding the root."""
+        return _opened(self.uri, self.storage)[0]
+
+    @property
+    def path(self) -> str:
+        """The root's path inside :attr:`filesystem`, exact (percent-escapes of the URI
+        decoded; ``bucket/prefix`` on S3)."""
+        return _opened(self.uri, self.storage)[1]
+
+    @property
+    def hadoop(self) -> str:
+        """The same folder as a Hadoop path string for Spark: the URI's scheme and
+        authority, then the exact path. Hadoop takes a path string literally (no query,
+        fragment or %-decoding), so a name joined to it names that very folder."""
+        return _opened(self.uri, self.storage)[2]
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the root is on a local file system (``flock`` and renames exist there)."""
+        return type(self.filesystem).__name__ == "LocalFileSystem"
+
+    def location(self, ref: TableRef) -> str:
+        """The table's WAL folder as messages name it (:func:`wal_location`)."""
+        return wal_location(self.uri, ref)
 
     def folder(self, ref: TableRef) -> str:
         """The table's WAL folder inside :attr:`filesystem` (the name checked by the caller)."""
@@ -126,38 +155,63 @@ class WalRoot:
         return f"{self.hadoop.rstrip('/')}/{ref.namespace}/{ref.name}"
 
 
-def resolve_wal_root(wal_root: str) -> WalRoot:
-    """``wal.root``'s file system and exact path (a URI, or a plain local path)."""
+def resolve_wal_root(wal_root: str, storage: Mapping[str, str] | None = None) -> WalRoot:
+    """``wal_root`` (a URI, or a plain local path) opened with ``storage`` properties."""
+    return WalRoot(wal_root, tuple(sorted((storage or {}).items())))
+
+
+def configured_wal_root(config: IcegateConfig) -> WalRoot | None:
+    """The configuration's ``wal.root`` with its storage properties
+    (:meth:`~icegate_dagster.config.IcegateConfig.wal_storage_properties`); None without a
+    root."""
+    if not config.wal_root:
+        return None
+    return resolve_wal_root(config.wal_root, config.wal_storage_properties())
+
+
+@functools.lru_cache(maxsize=64)
+def _opened(wal_root: str, storage: tuple[tuple[str, str], ...]) -> tuple[fs.FileSystem, str, str]:
+    """(file system, exact path, Hadoop path) of a root. An object store (or HDFS) is opened
+    through a FileIO configured from ``storage``, as a table's folder is: never
+    ``FileSystem.from_uri``, which ignores ``s3.endpoint`` and asks AWS about the bucket. A
+    local root, a scheme only pyarrow knows, or a URI with pyarrow's options in its query, is
+    opened by pyarrow from its URI."""
     from urllib.parse import unquote, urlsplit
 
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(wal_root)
     parts = urlsplit(wal_root)
     if len(parts.scheme) <= 1:  # a plain path (or a Windows drive): nothing is decoded
-        hadoop = wal_root
-    elif type(filesystem).__name__ == "LocalFileSystem":
+        filesystem, path = fs.FileSystem.from_uri(wal_root)
+        return filesystem, str(path), wal_root
+    hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
+    if parts.scheme in S3A_SCHEMES:  # Spark reads S3 through Hadoop's S3A (spark/s3a.py)
+        hadoop = f"s3a://{parts.netloc}{unquote(parts.path)}"
+    # A root carrying pyarrow's own options (``?endpoint_override=...&scheme=http``) is
+    # opened by pyarrow from its URI, as before ``wal.storage`` existed.
+    if parts.scheme in CONFIGURED_SCHEMES and not parts.query:
+        filesystem, path = storage_filesystem(wal_root, dict(storage))
+        return filesystem, unquote(path), hadoop
+    filesystem, path = fs.FileSystem.from_uri(wal_root)
+    if type(filesystem).__name__ == "LocalFileSystem":
         hadoop = f"file://{path}"
-    else:
-        hadoop = f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
-    return WalRoot(filesystem, str(path), hadoop)
+    return filesystem, str(path), hadoop
 
 
-def wal_filesystem(wal_root: str, ref: TableRef) -> tuple[fs.FileSystem, str]:
+def wal_filesystem(wal_root: WalRoot, ref: TableRef) -> tuple[fs.FileSystem, str]:
     """The pyarrow file system holding the table's WAL folder, and the folder's path in it."""
-    wal_location(wal_root, ref)  # refuses names that are not one folder
-    root = resolve_wal_root(wal_root)
-    return root.filesystem, root.folder(ref)
+    wal_root.location(ref)  # refuses names that are not one folder
+    return wal_root.filesystem, wal_root.folder(ref)
 
 
-def list_wal_files(wal_root: str | None, ref: TableRef) -> list[WalFile]:
+def list_wal_files(wal_root: WalRoot | None, ref: TableRef) -> list[WalFile]:
     """The table's ``*.parquet`` WAL files, oldest first (a missing folder is empty)."""
-    if not wal_root:
+    if wal_root is None:
         return []
     from pyarrow import fs
 
-    wal_location(wal_root, ref)  # refuses names that are not one folder
-    root = resolve_wal_root(wal_root)
+    root = wal_root
+    root.location(ref)  # refuses names that are not one folder
     selector = fs.FileSelector(root.folder(ref), allow_not_found=True)
     infos = root.filesystem.get_file_info(selector)
     spark_folder = root.hadoop_folder(ref)
@@ -182,14 +236,14 @@ def is_wal_name(name: str) -> bool:
     return name.endswith(".parquet") and not name.startswith(("_", "."))
 
 
-def quarantined_files(wal_root: str | None, ref: TableRef) -> list[str]:
+def quarantined_files(wal_root: WalRoot | None, ref: TableRef) -> list[str]:
     """Names of the files in the table's quarantine folder (reason files left out)."""
     return sorted(name for name, _ns in _quarantined(wal_root, ref))
 
 
-def _quarantined(wal_root: str | None, ref: TableRef) -> list[tuple[str, int]]:
+def _quarantined(wal_root: WalRoot | None, ref: TableRef) -> list[tuple[str, int]]:
     """Each quarantined file's name and modification time (ns)."""
-    if not wal_root:
+    if wal_root is None:
         return []
     from pyarrow import fs
 
@@ -202,7 +256,7 @@ def _quarantined(wal_root: str | None, ref: TableRef) -> list[tuple[str, int]]:
     ]
 
 
-def wal_stats(wal_root: str | None, ref: TableRef) -> WalStats:
+def wal_stats(wal_root: WalRoot | None, ref: TableRef) -> WalStats:
     """Count and size the table's waiting WAL files, and count its quarantined ones."""
     files = list_wal_files(wal_root, ref)
     quarantined = _quarantined(wal_root, ref)
@@ -222,15 +276,26 @@ def compaction_due(files: int, size: int, settings: CompactionSettings) -> bool:
     return files > 0 and (files >= settings.min_files or size >= settings.min_size_bytes)
 
 
-def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> str:
-    """Move ``wal_file`` into the quarantine folder with a reason file; return its new path."""
+def quarantine(wal_root: WalRoot, ref: TableRef, wal_file: WalFile, reason: str) -> str:
+    """Move ``wal_file`` into the quarantine folder with a reason file; return its new path.
+
+    On object storage a move is a copy, then a delete of the source: a run killed between
+    the two leaves the same bytes in both places. A quarantined file of the same name and
+    the very same bytes is that copy: the move is finished (the source deleted) rather
+    than a second copy made, whose rows a person moving the quarantine back would ingest
+    twice."""
     from pyarrow import fs
 
     filesystem, folder = wal_filesystem(wal_root, ref)
     target_dir = f"{folder}/{QUARANTINE_DIR}"
     filesystem.create_dir(target_dir, recursive=True)
     target = f"{target_dir}/{wal_file.name}"
-    if filesystem.get_file_info(target).type != fs.FileType.NotFound:
+    existing = filesystem.get_file_info(target)
+    if existing.type != fs.FileType.NotFound:
+        if existing.size == wal_file.size and _same_bytes(filesystem, wal_file.path, target):
+            check_lease()  # deleting a WAL file: only while the table's lease is ours
+            filesystem.delete_file(wal_file.path)
+            return target
         # Never overwrite an earlier quarantined file of the same name.
         stem = wal_file.name.removesuffix(".parquet")
         target = f"{target_dir}/{stem}.{datetime.now(UTC):%Y%m%dT%H%M%S%f}.parquet"
@@ -238,6 +303,21 @@ def quarantine(wal_root: str, ref: TableRef, wal_file: WalFile, reason: str) -> 
         out.write(f"{datetime.now(UTC).isoformat()} {wal_file.name}: {reason}\n".encode())
     filesystem.move(wal_file.path, target)
     return target
+
+
+#: Bytes compared at a time by :func:`_same_bytes`.
+_CHUNK = 1 << 20
+
+
+def _same_bytes(filesystem: fs.FileSystem, one: str, other: str) -> bool:
+    """Whether two files hold the same bytes (read side by side, a chunk at a time)."""
+    with filesystem.open_input_stream(one) as a, filesystem.open_input_stream(other) as b:
+        while True:
+            chunk = a.read(_CHUNK)
+            if chunk != b.read(_CHUNK):
+                return False
+            if not chunk:
+                return True
 
 
 @dataclass
@@ -270,15 +350,14 @@ class FolderCount:
 RootFolders = dict[tuple[str, str], FolderCount]
 
 
-def list_root_folders(wal_root: str) -> RootFolders:
+def list_root_folders(wal_root: WalRoot) -> RootFolders:
     """**One** recursive listing of ``wal.root``, counted by table folder: on object
     storage one LIST call per 1,000 objects under the root, whatever the number of tables.
     Only ``<namespace>/<table>/<file>`` and ``<namespace>/<table>/_quarantine/<file>``
     count; a root that does not exist yet is empty."""
     from pyarrow import fs
 
-    resolved = resolve_wal_root(wal_root)
-    filesystem, root = resolved.filesystem, resolved.path.rstrip("/")
+    filesystem, root = wal_root.filesystem, wal_root.path.rstrip("/")
     folders: RootFolders = {}
     selector = fs.FileSelector(root, recursive=True, allow_not_found=True)
     for info in filesystem.get_file_info(selector):
@@ -323,9 +402,9 @@ def backlogs_of(
 
 
 def wal_backlogs(
-    wal_root: str, refs: Iterable[TableRef]
+    wal_root: WalRoot, refs: Iterable[TableRef]
 ) -> tuple[dict[str, WalStats], dict[str, str]]:
     """Every table's :class:`WalStats` from **one** recursive listing of ``wal.root``
     (:func:`list_root_folders`, :func:`backlogs_of`): the same figures as :func:`wal_stats`
     table by table, at the cost of one listing."""
-    return backlogs_of(wal_root, list_root_folders(wal_root), refs)
+    return backlogs_of(wal_root.uri, list_root_folders(wal_root), refs)

@@ -7,27 +7,29 @@ import os
 from collections.abc import Iterator
 
 from icegate_dagster.maintenance.identifiers import TableRef
-from icegate_dagster.maintenance.wal.files import wal_filesystem
+from icegate_dagster.maintenance.wal.files import WalRoot, wal_filesystem
 
 #: The lock file, in the table's WAL folder (``_``: never taken for a WAL file).
 LOCK_FILE = "_icegate.lock"
 
 
 @contextlib.contextmanager
-def wal_folder_lock(wal_root: str, ref: TableRef) -> Iterator[str | None]:
+def wal_folder_lock(wal_root: WalRoot, ref: TableRef) -> Iterator[str | None]:
     """One compaction per table at a time on this host: yields None, or the lock's holder path.
 
     Never waits: when another run (another thread or process) holds the lock, the
     block runs at once with the lock file's path, and the caller leaves the WAL to that
     run. The lock is an OS ``flock`` on ``_icegate.lock`` in the WAL folder; it dies
-    with its process, so a crashed run never leaves a stale lock. Remote file systems
-    (and a WAL folder that does not exist yet) get no lock here; Dagster's
-    one-run-per-partition limit covers them.
+    with its process, so a crashed run never leaves a stale lock. Object stores (no
+    ``flock`` there) and a WAL folder that does not exist yet get no lock here: the table's
+    lease in the shared lease store keeps one ingester per table, on every host, and
+    exactly-once never rests on either (the validated commit of
+    :mod:`~icegate_dagster.maintenance.wal.publish`).
     """
     from filelock import FileLock, Timeout
 
     filesystem, folder = wal_filesystem(wal_root, ref)
-    if type(filesystem).__name__ != "LocalFileSystem" or not os.path.isdir(folder):
+    if not wal_root.is_local or not os.path.isdir(folder):
         yield None
         return
     # A new lock object per call: flock excludes other open files, so two threads of one

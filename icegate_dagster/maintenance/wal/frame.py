@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegate_dagster.errors import OperationError, describe_error
 from icegate_dagster.maintenance.identifiers import quote_identifier
+from icegate_dagster.spark.s3a import wal_reader_hint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -129,6 +130,22 @@ def spark_failure(spark: SparkSession) -> str | None:
     except Exception as exc:
         return describe_error(exc)
     return None
+
+
+def require_wal_filesystem(spark: SparkSession, folder: str) -> None:
+    """Raise when Spark's Hadoop cannot open the file system of the WAL ``folder`` (its
+    connector missing from the class path, a setting it refuses): then every read would
+    fail, and no file may be blamed (quarantined) for it."""
+    try:
+        jvm: Any = spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(folder)
+        path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    except Exception as exc:
+        raise OperationError(
+            f"Spark cannot open the file system of the WAL folder {folder} "
+            f"({describe_error(exc)}); {wal_reader_hint(folder)}. No file was quarantined: "
+            "every file waits for a run that can read it"
+        ) from None
 
 
 def spark_problem(spark: SparkSession, identifier: str, item: GoodFile) -> str | None:

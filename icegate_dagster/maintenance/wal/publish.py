@@ -22,7 +22,7 @@ from icegate_dagster.maintenance.iceberg_java import java_table
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
 from icegate_dagster.maintenance.leases.store import check_lease
 from icegate_dagster.maintenance.wal.checkpoints import FaultHook, checkpoint
-from icegate_dagster.maintenance.wal.files import WalFile, list_wal_files, wal_filesystem
+from icegate_dagster.maintenance.wal.files import WalFile, WalRoot, list_wal_files, wal_filesystem
 from icegate_dagster.maintenance.wal.frame import batch_frame, require_nanos_as_long
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ def delete_ingested(filesystem: Any, files: list[WalFile], hook: FaultHook | Non
     return deleted
 
 
-def _leftovers(table: Table, wal_root: str | None, ref: TableRef) -> list[WalFile]:
-    if not wal_root:
+def _leftovers(table: Table, wal_root: WalRoot | None, ref: TableRef) -> list[WalFile]:
+    if wal_root is None:
         return []
     waiting = list_wal_files(wal_root, ref)
     if not waiting:
@@ -110,20 +110,20 @@ def _leftovers(table: Table, wal_root: str | None, ref: TableRef) -> list[WalFil
     return [f for f in waiting if f.identity in committed]
 
 
-def wal_files_to_settle(table: Table, wal_root: str | None, ref: TableRef) -> bool:
+def wal_files_to_settle(table: Table, wal_root: WalRoot | None, ref: TableRef) -> bool:
     """Whether WAL files a commit of ``table`` already holds are still in its folder (a
     plan: metadata and a listing, nothing deleted)."""
     return bool(_leftovers(table, wal_root, ref))
 
 
-def settle_committed(table: Table, wal_root: str | None, ref: TableRef) -> int:
+def settle_committed(table: Table, wal_root: WalRoot | None, ref: TableRef) -> int:
     """Delete the WAL files a snapshot of ``table`` already holds; return how many.
 
     Only a crash between a WAL commit and its deletes leaves such files. WAL ingest and
     snapshot expiry settle them first, so the record is never dropped while they remain.
     """
     leftovers = _leftovers(table, wal_root, ref)
-    if not leftovers or not wal_root:
+    if not leftovers or wal_root is None:
         return 0
     filesystem, _folder = wal_filesystem(wal_root, ref)
     return delete_ingested(filesystem, leftovers, None)
@@ -244,7 +244,7 @@ def publish(
     spark: SparkSession,
     identifier: str,
     table: Table,
-    wal_root: str,
+    wal_root: WalRoot,
     ref: TableRef,
     branch: str,
     batch_id: str,

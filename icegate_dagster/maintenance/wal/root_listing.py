@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from icegate_dagster.errors import OperationError
-from icegate_dagster.maintenance.wal.files import RootFolders, list_root_folders
+from icegate_dagster.maintenance.wal.files import RootFolders, WalRoot, list_root_folders
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ListingUnderWay:
 
 @dataclass
 class _Job:
-    wal_root: str
+    wal_root: WalRoot
     started_at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
@@ -71,9 +71,9 @@ class RootListings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[WalRoot, _Job] = {}
 
-    def wait(self, wal_root: str, until: float) -> RootListing | ListingUnderWay:
+    def wait(self, wal_root: WalRoot, until: float) -> RootListing | ListingUnderWay:
         """The listing of ``wal_root`` (the one under way, else a new one), waited for until
         ``until`` (``time.monotonic()``). Raises what the listing raised."""
         with self._lock:

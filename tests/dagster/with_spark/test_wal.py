@@ -15,7 +15,12 @@ from icegate_dagster.assets.runs import BatchEntry, batch_entries
 from icegate_dagster.definitions import defs
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.trigger.records import OperationAttempt, PassRecord
-from icegate_dagster.maintenance.wal import list_wal_files, quarantine, quarantined_files
+from icegate_dagster.maintenance.wal import (
+    configured_wal_root,
+    list_wal_files,
+    quarantine,
+    quarantined_files,
+)
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import BACKLOG_TAG, wal_size_sensor
 from tests.dagster.conftest import resources_for, run_request
@@ -300,14 +305,15 @@ def test_quarantined_files_are_kept_and_the_sensor_names_them_with_their_age(
     rows = lh.table(LOGS).scan().to_arrow().slice(0, 2)
     for name in ("bad-1.parquet", "bad-2.parquet"):
         lh.write_wal(LOGS, rows, name)
-    for wal_file in list_wal_files(lh.config.wal_root, ref):
-        moved = quarantine(lh.config.wal_root, ref, wal_file, "a column the table lacks")
+    wal_root = configured_wal_root(lh.config)
+    for wal_file in list_wal_files(wal_root, ref):
+        moved = quarantine(wal_root, ref, wal_file, "a column the table lacks")
         os.utime(moved, (1_780_000_000, 1_780_000_000))  # 2026-05-28T20:26:40Z
 
     for _tick_number in range(2):
         reason = _skip(_tick(lh, instance))
         assert "2 WAL files in quarantine need a person" in reason
         assert f"{LOGS} (2 files, since 2026-05-28T20:26:40+00:00)" in reason
-    assert quarantined_files(lh.config.wal_root, ref) == ["bad-1.parquet", "bad-2.parquet"]
+    assert quarantined_files(wal_root, ref) == ["bad-1.parquet", "bad-2.parquet"]
     # A table with none is not named.
     assert SPANS not in reason
