@@ -440,7 +440,7 @@ def test_a_password_given_as_a_query_parameter_reaches_no_command_line(
     spark-submit and set on the running session, all log in with it; a real
     ``icegate-maintain run`` maintains the table, and the password is on no command line,
     in no output and in no log row."""
-    from tests.integration.test_secret_command_line import _PsSampler
+    from tests.ps_sampler import PsSampler
 
     monkeypatch.setenv(PASSWORD_ENV, pg_server.password)
     server = pg_server
@@ -463,7 +463,7 @@ def test_a_password_given_as_a_query_parameter_reaches_no_command_line(
     try:
         lh.add_table("lakehouse.logs", appends=6)
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
-        with _PsSampler() as ps:
+        with PsSampler() as ps:
             done = subprocess.run(  # noqa: S603
                 [
                     str(Path(sys.executable).parent / "icegate-maintain"),
