@@ -35,10 +35,10 @@ from icegate_dagster.maintenance.wal import LEDGER_PROPERTY, configured_wal_root
 from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.jars import JARS_DIR_ENV, iceberg_runtime_jar, jars_dir, s3_jars
-from tests.integration.test_secret_command_line import _PsSampler as PsSampler
 from tests.integration.test_wal_compaction import as_rows, wal_rows
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.lease_holder import held_by_another_process
+from tests.ps_sampler import PsSampler
 from tests.surfaces.seaweedfs_server import (
     ACCESS_KEY_ENV,
     REGION,
