@@ -11,8 +11,9 @@ bills it: LIST, HEAD, GET, PUT, DELETE, OTHER. Measured, in order:
   compaction, manifests, expiry deleting files, orphan listing, the log table's commits;
 * ``idle pass``: the same command once the pass after the full one has expired the full
   pass's own snapshots (1 s retention): nothing due;
-* ``wal sensor tick`` and ``health sensor tick``: one tick each of ``wal_size_sensor`` and
-  ``table_health_sensor``, evaluated here with ``dg.build_sensor_context`` (no JVM).
+* ``wal sensor tick``, ``health sensor tick``: one tick each of ``wal_size_sensor`` and
+  ``table_health_sensor``, evaluated here with ``dg.build_sensor_context`` (no JVM);
+  ``health tick, unchanged``: the health sensor's next tick, no table changed since.
 
 Counts are what this measures, not time. Requests the REST catalog server makes to its own
 storage (it writes the metadata JSON) do not pass the proxy: a managed catalog bills those
@@ -39,7 +40,13 @@ from bench.measure import SideFailed, run_process
 NAMESPACE = "bench"
 LOG_TABLE = "bench_meta.maintenance_log"  # SeaweedFS refuses names starting with "_"
 TABLES, APPENDS, WAL_TABLES, WAL_FILES = 10, 15, 3, 5
-PHASES = ("full pass", "idle pass", "wal sensor tick", "health sensor tick")
+PHASES = (
+    "full pass",
+    "idle pass",
+    "wal sensor tick",
+    "health sensor tick",
+    "health tick, unchanged",
+)
 Counts = dict[str, int]
 
 
@@ -111,27 +118,31 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _sensor_ticks(config_path: Path, keys: list[str], take: Callable[[], Counts]) -> list[Counts]:
-    """One tick of each sensor, the requests each made."""
+    """One tick of ``wal_size_sensor``, then two of ``table_health_sensor`` (the second
+    with the first's cursor and events, as the daemon runs it: no table changed since)."""
     import dagster as dg
 
-    from icegate_dagster.assets.names import iceberg_tables
+    from icegate_dagster.assets.names import ICEBERG_TABLES
     from icegate_dagster.resources import LakehouseResource
     from icegate_dagster.sensors.health_sensor import table_health_sensor
     from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 
+    resources = {"lakehouse": LakehouseResource(config_path=str(config_path))}
     found = []
-    for sensor in (wal_size_sensor, table_health_sensor):
-        instance = dg.DagsterInstance.ephemeral()
-        instance.add_dynamic_partitions(iceberg_tables.name, keys)
-        context = dg.build_sensor_context(
-            instance=instance,
-            resources={"lakehouse": LakehouseResource(config_path=str(config_path))},
-        )
+    cursor = None
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(ICEBERG_TABLES, keys)
+    for sensor in (wal_size_sensor, table_health_sensor, table_health_sensor):
+        context = dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor)
         take()
         result = sensor(context)
         if not isinstance(result, dg.SensorResult | dg.SkipReason):
             raise SideFailed(sensor.name, reason=f"the tick returned {result!r}")
         found.append(take())
+        if sensor is table_health_sensor and isinstance(result, dg.SensorResult):
+            for event in result.asset_events:
+                instance.report_runless_asset_event(event)
+            cursor = result.cursor if result.cursor is not None else cursor
     return found
 
 
