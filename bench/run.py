@@ -7,7 +7,9 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, monitoring, scale, query, batching, daemon, peers. ``peers``
+sensor, health_sensor, monitoring, scale, query, batching, daemon, peers, requests.
+``requests`` counts object-store requests by kind through a proxy in front of SeaweedFS
+(``bench.object_store``). ``peers``
 installs iceberg-zamboni in its own venv under ``.bench/peers/`` and runs W1 and W2 with
 it (``--peer-reps``, default 6 and 4; ``bench.peers`` says how). ``scale`` builds 10,000 tables
 (``--scale-tables N``) before it measures: allow half an hour. ``--reps`` (default 3)
@@ -46,6 +48,7 @@ from pathlib import Path
 from bench.at_scale import bench_monitoring, bench_scale
 from bench.compaction import bench_query, bench_throughput
 from bench.harness import REPO, Figure, Settings, summary_table
+from bench.object_store import bench_requests
 from bench.passes import bench_full_pass, bench_healthy, bench_scale_compaction, bench_wal_ingest
 from bench.peers import bench_peers
 from bench.triggers import bench_batching, bench_daemon, bench_health_sensor, bench_sensor
@@ -64,6 +67,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "batching": bench_batching,
     "daemon": bench_daemon,
     "peers": bench_peers,
+    "requests": bench_requests,
 }
 
 
