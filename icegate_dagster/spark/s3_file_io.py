@@ -43,7 +43,8 @@ DEFAULT_REGION = "us-east-1"
 
 def s3_usage(settings: CatalogSettings) -> str | None:
     """Why the catalog's files live in S3, for messages (``its warehouse is s3://...``), or
-    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key."""
+    None. Judged from the properties alone: the warehouse, ``io-impl`` or any ``s3.*`` key
+    (unless the warehouse is on local disk)."""
     props = settings.properties
     warehouse = props.get("warehouse", "")
     if warehouse.lower().startswith(S3_SCHEMES):
@@ -51,6 +52,10 @@ def s3_usage(settings: CatalogSettings) -> str | None:
     io_impl = props.get("io-impl", "")
     if io_impl.endswith("S3FileIO"):
         return f"its io-impl is {io_impl}"
+    # s3.* keys with a warehouse on local disk are for the WAL (or another reader), not
+    # the tables: S3FileIO would then be handed file paths.
+    if warehouse.lower().startswith(("file:", "/")):
+        return None
     s3_keys = sorted(key for key in props if key.startswith("s3."))
     if s3_keys:
         return f"it sets {'s3.endpoint' if 's3.endpoint' in s3_keys else s3_keys[0]}"

@@ -29,12 +29,9 @@ import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.table import Table
 
-from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.log.writer import read_log
-from icegate_dagster.maintenance.orphans import listing
-from icegate_dagster.spark.session import get_spark, stop_spark
 from tests.duckdb_reader import duckdb_iceberg
 from tests.lakehouse import SCHEMA, SPEC, batch
 from tests.ps_sampler import PsSampler
@@ -197,16 +194,36 @@ def _op(report: dict[str, Any], operation: str) -> dict[str, Any]:
     return op
 
 
+#: Spark reads a table in a fresh interpreter: this process's JVM may have started (for an
+#: earlier test) without the S3 jars, and a JVM's class path is fixed at its start.
+_READ_WITH_SPARK = """
+import json, sys
+from icegate_dagster.config import load_config
+from icegate_dagster.spark.session import get_spark
+config = load_config(sys.argv[1])
+rows = get_spark(config).table(f"{config.catalog.name}.{sys.argv[2]}").collect()
+print(json.dumps([[r["id"], r["service"], r["body"]] for r in rows]))
+"""
+
+
 def _spark_rows(lake: S3Lake, key: str) -> Counter[Row]:
     """The table's rows as Spark reads them, through the catalog ``icegate.yaml`` names."""
-    config = load_config(lake.config_path)
-    spark = get_spark(config)
-    try:
-        ref = TableRef.parse(key)
-        rows = spark.table(f"{config.catalog.name}.{ref.namespace}.{ref.name}").collect()
-        return Counter((r["id"], r["service"], r["body"]) for r in rows)
-    finally:
-        stop_spark()
+    ref = TableRef.parse(key)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _READ_WITH_SPARK,
+            str(lake.config_path),
+            f"{ref.namespace}.{ref.name}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Counter(tuple(row) for row in json.loads(done.stdout.splitlines()[-1]))
 
 
 def _duckdb_rows(lake: S3Lake, key: str) -> Counter[Row]:
@@ -289,7 +306,7 @@ def test_a_cold_run_maintains_an_s3_table_behind_the_rest_catalog(rest_lake: S3L
 
 
 def test_icebergs_orphan_procedure_lists_s3_through_the_tables_file_io(
-    rest_lake: S3Lake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    rest_lake: S3Lake,
 ) -> None:
     """A table with more manifests than the driver reads (here: any) asks Iceberg's
     ``remove_orphan_files``, which lists S3 through S3FileIO: Spark has no Hadoop file
@@ -310,13 +327,19 @@ def test_icebergs_orphan_procedure_lists_s3_through_the_tables_file_io(
     _create_table(lake.catalog, key, appends=3)
     old, young = _plant_orphans(lake, key)
     rows = lake.rows(key)
-    monkeypatch.setattr(listing, "MAX_MANIFESTS", 0)
+    # Iceberg's procedure decides (no table is small enough for the driver's walk), in a
+    # fresh interpreter: its JVM starts with the S3 jars.
     args = ["orphans", "--config", str(lake.config_path), "--table", key, "--json"]
-    try:
-        assert run_cli(args) == 0, capsys.readouterr()
-    finally:
-        stop_spark()
-    [done] = json.loads(capsys.readouterr().out)["tables"][0]["ops"]
+    cli = (
+        "import sys; from icegate_dagster.maintenance.orphans import listing; "
+        "listing.MAX_MANIFESTS = 0; from icegate_dagster.cli.dispatch import run_cli; "
+        "sys.exit(run_cli(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", cli, *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    [done] = json.loads(proc.stdout)["tables"][0]["ops"]
 
     assert done["status"] == "completed", done
     assert "procedure_s" in done["output"], done  # Iceberg's procedure decided

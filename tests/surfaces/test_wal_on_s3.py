@@ -369,7 +369,11 @@ def test_the_wal_sensor_sizes_every_table_with_one_listing_of_the_s3_root(
     s3wal.outputs.append(json.dumps(request.run_config) + json.dumps(request.tags))
 
 
-@pytest.fixture(params=[False, True], ids=["catalog-s3-settings", "wal-storage"])
+#: With tables on local disk, the WAL's S3 settings under ``wal.storage``: a SQL catalog on
+#: local disk carrying ``s3.*`` keys (for the WAL) had Spark's Iceberg 1.12 retry loading
+#: its tables' metadata for minutes (issue 39, open). The catalog's own S3 settings serve
+#: the WAL where the tables are in S3 too (``test_s3_lakehouse.py``).
+@pytest.fixture(params=[True], ids=["wal-storage"])
 def s3wal_spark(
     request: pytest.FixtureRequest, seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
 ) -> Iterator[S3WalLakehouse]:

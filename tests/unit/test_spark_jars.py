@@ -263,3 +263,27 @@ def test_a_missing_or_ambiguous_runtime_is_refused_before_the_jvm(
     pinned = pinned_jars()[0].file_name
     _folder_of_jars(two, pinned)
     assert _conf(tmp_path, LOCAL, {})["spark.jars"].split(",")[0] == str(two / pinned)
+
+
+def test_s3_keys_beside_a_warehouse_on_local_disk_leave_the_tables_on_hadoop_file_io(
+    tmp_path: Path,
+) -> None:
+    """A SQL catalog on local disk whose ``s3.*`` keys serve an ``s3://`` WAL: its tables
+    keep Iceberg's default FileIO (S3FileIO would be handed file paths), while the WAL's
+    bucket gets S3A settings and the S3 jars join the class path."""
+    raw = {
+        "catalog": {
+            "name": "c",
+            "uri": f"sqlite:///{tmp_path}/c.db",
+            "warehouse": f"file://{tmp_path}/wh",
+            "s3.endpoint": "http://127.0.0.1:9",
+        },
+        "wal": {"root": "s3://wal/root"},
+    }
+    conf = build_spark_conf(config_from_dict(raw, tmp_path))
+    assert "spark.sql.catalog.c.io-impl" not in conf
+    assert conf["spark.hadoop.fs.s3a.bucket.wal.endpoint"] == "http://127.0.0.1:9"
+    # The same keys with the warehouse in S3: the tables are read through S3FileIO.
+    raw["catalog"]["warehouse"] = "s3://tables/wh"
+    in_s3 = build_spark_conf(config_from_dict(raw, tmp_path))
+    assert in_s3["spark.sql.catalog.c.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
