@@ -1,4 +1,4 @@
-"""Every other operation on S3 tables (SeaweedFS on loopback), beside what
+"""The pass's other operations on S3 tables (SeaweedFS on loopback), beside what
 ``test_s3_tables.py`` (binpack, manifests, expiry, orphans) and ``test_s3_lakehouse.py``
 (the WAL, ``maintenance_job``) cover: sort optimize, delete-file compaction and
 ``rewrite_position_delete_files``, TTL, statistics, tables sharing a location, deferred
