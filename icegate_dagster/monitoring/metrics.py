@@ -13,7 +13,8 @@ alert rule (``deploy/prometheus``) or dashboard panel (``deploy/grafana``) reads
 rendered, 22 gauges a table (18 without ``wal.root``), ``compaction_duration_seconds``
 for the compactions that did work (at most 2) and ``icegate_operation_consecutive_failures``
 for each operation failing now (0 series while none fails): at most 25 a table with at
-most one operation failing. The counters are summed over the tables, by operation, and
+most one operation failing. The counters are summed by operation over the log's rows (of
+every table, dropped ones included), and
 ``icegate_operation_due_tables`` counts the tables each operation is due on. With
 ``operation_detail`` (``serve --operation-detail``) every series is rendered per table
 and operation as well: about 49 a table and 9 more per operation run on it.
@@ -342,7 +343,7 @@ class SnapshotCollector(Collector):
             yield from self._counters(tables)
         else:
             yield from self._failing_and_durations(tables)
-            yield from self._lakehouse_counters(tables)
+            yield from self._lakehouse_counters()
         yield from self._exporter(snapshot)
 
     def _due_operations(self) -> tuple[str, ...]:
@@ -397,29 +398,37 @@ class SnapshotCollector(Collector):
                     duration.add_metric(_labels(t, name), totals.last_duration_ms / 1000.0)
         return duration
 
-    def _lakehouse_counters(self, tables: Sequence[TableFigures]) -> Iterator[Metric]:
-        """The default's counters: the per-table ones summed over the tables, by operation
-        (the dashboard sums them so); per table with the operation detail."""
+    def _lakehouse_counters(self) -> Iterator[Metric]:
+        """The default's counters: the per-table ones summed by operation (the dashboard
+        sums them so) over every log row read since the start, tables dropped since
+        included: a sum over the tables listed now would go down when one is dropped,
+        which Prometheus reads as a reset (and ``increase()`` as a jump)."""
+        log = self.snapshot.log
+        every = log.totals if log is not None else {}
+        by_operation: dict[str, list[OperationTotals]] = {}
+        for (_, operation), totals in sorted(every.items()):
+            by_operation.setdefault(operation, []).append(totals)
         for name, help_text, operations, figure in COUNTERS:
             family = CounterMetricFamily(name, help_text, labels=("operation",))
             for operation in operations:
-                total = sum(_sum(t.totals.get(operation), figure) for t in tables)
+                total = sum(_sum(t, figure) for t in by_operation.get(operation, []))
                 family.add_metric([operation], total)
             yield family
         for name, help_text, operation, figure in TABLE_COUNTERS:
-            total = sum(_sum(t.totals.get(operation), figure) for t in tables)
+            total = sum(_sum(t, figure) for t in by_operation.get(operation, []))
             yield CounterMetricFamily(name, help_text, value=total)
-        by_operation: dict[str, list[float]] = {}
-        for t in tables:
-            for operation, totals in t.totals.items():
-                summed = by_operation.setdefault(operation, [0.0, 0.0, 0.0])
-                summed[0] += totals.duration_ms / 1000.0
-                summed[1] += float(totals.rows)
-                summed[2] += float(totals.failures)
+        summed = {
+            operation: (
+                sum(t.duration_ms for t in found) / 1000.0,
+                float(sum(t.rows for t in found)),
+                float(sum(t.failures for t in found)),
+            )
+            for operation, found in sorted(by_operation.items())
+        }
         for index, (name, help_text) in enumerate(_RUN_COUNTERS):
             family = CounterMetricFamily(name, help_text, labels=("operation",))
-            for operation, summed in sorted(by_operation.items()):
-                family.add_metric([operation], summed[index])
+            for operation, values in summed.items():
+                family.add_metric([operation], values[index])
             yield family
 
     def _health_parts(self, tables: Sequence[TableFigures]) -> Iterator[Metric]:

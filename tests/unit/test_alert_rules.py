@@ -72,13 +72,12 @@ def test_promtool_rule_tests_pass() -> None:
 def _exported(*, operation_detail: bool) -> set[str]:
     """Every series name the exporter renders (a snapshot with every part present), by
     default or with the operation detail."""
+    optimize = OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)
     snapshot = Snapshot(
         taken_at=1300.0,
-        tables=(
-            _figures(totals={"optimize": OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)}),
-        ),
+        tables=(_figures(totals={"optimize": optimize}),),
         sources={name: SourceState(True) for name in SOURCES},
-        log=TotalsView({}, None, 0, 0),
+        log=TotalsView({("lakehouse.logs", "optimize"): optimize}, None, 1, 1),
         daemons=(DaemonBeat("SENSOR", 1.0, True),),
         has_wal=True,
     )

@@ -31,6 +31,7 @@ from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.log.totals import (
     LogTotals,
     OperationTotals,
+    TotalsView,
     aggregate,
     human_bytes,
 )
@@ -335,8 +336,9 @@ def test_the_families_render_with_their_labels_and_units() -> None:
 
 def test_the_default_renders_what_the_rules_read_and_sums_the_counters() -> None:
     """Without the operation detail: the table's gauges the rules and dashboard read, an
-    operation's failures in a row only while it fails, the counters summed over the tables
-    by operation, and per operation the tables it is due on."""
+    operation's failures in a row only while it fails, the counters summed by operation
+    over the log's rows, and per operation the tables it is due on. A table dropped from
+    the listing takes nothing from the sums: a counter never goes down."""
     failing = _figures()
     recovered = replace(
         failing,
@@ -350,7 +352,15 @@ def test_the_default_renders_what_the_rules_read_and_sums_the_counters() -> None
         failing,
         totals={"optimize": OperationTotals(2, 1, 700, {"files_rewritten": 3}, 1.0, "ok", 300)},
     )
-    snapshot = Snapshot(taken_at=1300.0, tables=(failing, recovered), sources={}, has_wal=True)
+    log = TotalsView(
+        {(t.table, op): totals for t in (failing, recovered) for op, totals in t.totals.items()},
+        None,
+        3,
+        1,
+    )
+    snapshot = Snapshot(
+        taken_at=1300.0, tables=(failing, recovered), sources={}, has_wal=True, log=log
+    )
     sample = _samples(render(snapshot).decode())
 
     def at(name: str, **labels: str) -> float | None:
@@ -374,6 +384,10 @@ def test_the_default_renders_what_the_rules_read_and_sums_the_counters() -> None
     }
     # 22 gauges; optimize failing (logs) and its last duration (both).
     assert per_table == {"lakehouse.logs": 24, "lakehouse.spans": 23}
+
+    dropped = _samples(render(replace(snapshot, tables=(failing,))).decode())
+    optimize = ("icegate_files_rewritten_total", (("operation", "optimize"),))
+    assert dropped[optimize] == sample[optimize] == 7
 
 
 def test_serve_refuses_bad_options_naming_them(
