@@ -28,12 +28,13 @@ from bench.measure import SideFailed, run_process
 
 
 def bench_monitoring(work: Path, settings: Settings) -> list[Figure]:
-    """``icegate-maintain serve``'s exporter over 1,000 healthy tables, no JVM: a fresh
-    process per repetition, as after a restart (the lakehouse was maintained once, so the
-    log table and the trigger's memory hold a row per table and operation, and the health
-    trigger's looks are stored): its first refresh, a scrape, a steady refresh, scrapes of
-    the cached figures."""
-    count = settings.pick(1000, 50)
+    """``icegate-maintain serve``'s exporter over 1,000 healthy tables (``--monitoring-tables``),
+    no JVM: a fresh process per repetition, as after a restart (the lakehouse was maintained
+    once, so the log table and the trigger's memory hold a row per table and operation, and
+    the health trigger's looks are stored): its first refresh, a scrape, a steady refresh,
+    scrapes of the cached figures; by default (the series budget) and with
+    ``--operation-detail``, each its own process."""
+    count = settings.pick(settings.monitoring_tables, 50)
 
     def build(root: Path) -> list[str]:
         lake = make_lakehouse(root, "bench_monitoring")
@@ -55,54 +56,75 @@ def bench_monitoring(work: Path, settings: Settings) -> list[Figure]:
 
     template = built(f"{count} tables", lambda: Template(work / "monitoring", build))
 
-    def run() -> Sample:
-        root = template.restore()
-        argv = bench_side("scrape", root / "icegate.yaml")
-        return cold(settings, "scrape", argv, work, side_json)
+    def side(setting: str) -> Side:
+        def run() -> Sample:
+            root = template.restore()
+            argv = bench_side("scrape", root / "icegate.yaml", setting)
+            return cold(settings, f"scrape ({setting})", argv, work, side_json)
 
-    (summary,) = alternate([Side("scrape", run)], settings.reps)
-    data = summary.samples[0].data
-    if data["tables"] != count or data["down"] or data["health"] != "ok":
-        raise SideFailed(
-            "scrape",
-            reason=f"{data['tables']} tables, sources down {data['down']}, "
-            f"/health {data['health']}",
-        )
-    scrape = summary.median("scrape_s")
-    first = summary.median("first_refresh_s")
-    steady = summary.median("steady_refresh_s")
-    return [
-        Figure(
-            f"scrape_{count}",
-            scrape,
-            None,
-            "s",
-            "<= 1 s, no JVM",
-            scrape <= 1.0 and not summary.jvm,
-            note(
-                settings.reps,
-                summary,
-                extra=f"GET /metrics of the cached figures ({data['series']} series, "
-                f"{data['bytes'] / 1e6:.1f} MB, {data['gzip_bytes'] / 1e6:.2f} MB gzip in "
-                f"{summary.median('gzip_scrape_s'):.3f}s); the first scrape after the first "
-                f"refresh {summary.median('first_scrape_s'):.3f}s; during a refresh "
-                f"{summary.median('scrape_during_refresh_s'):.3f}s (max "
-                f"{summary.median('scrape_during_refresh_max_s'):.3f}s); /health "
-                f"{summary.median('health_s'):.3f}s; process wall {summary.seconds:.1f}s",
+        return Side(f"scrape_{setting}", run)
+
+    summaries = alternate([side("default"), side("detail")], settings.reps)
+    figures: list[Figure] = []
+    for summary in summaries:
+        data = summary.samples[0].data
+        setting = data["setting"]
+        if data["tables"] != count or data["down"] or data["health"] != "ok":
+            raise SideFailed(
+                f"scrape ({setting})",
+                reason=f"{data['tables']} tables, sources down {data['down']}, "
+                f"/health {data['health']}",
+            )
+        scrape = summary.median("scrape_s")
+        first = summary.median("first_refresh_s")
+        steady = summary.median("steady_refresh_s")
+        suffix = "" if setting == "default" else "_detail"
+        per_table = max(s.data["series_per_table_max"] for s in summary.samples)
+        figures += [
+            Figure(
+                f"scrape_{count}{suffix}",
+                scrape,
+                None,
+                "s",
+                "<= 1 s, no JVM",
+                scrape <= 1.0 and not summary.jvm,
+                note(
+                    settings.reps,
+                    summary,
+                    extra=f"GET /metrics of the cached figures ({data['series']} series, "
+                    f"{data['bytes'] / 1e6:.1f} MB, {data['gzip_bytes'] / 1e6:.2f} MB gzip in "
+                    f"{summary.median('gzip_scrape_s'):.3f}s); the first scrape after the "
+                    f"first refresh {summary.median('first_scrape_s'):.3f}s; during a refresh "
+                    f"{summary.median('scrape_during_refresh_s'):.3f}s (max "
+                    f"{summary.median('scrape_during_refresh_max_s'):.3f}s); /health "
+                    f"{summary.median('health_s'):.3f}s; process wall {summary.seconds:.1f}s",
+                ),
             ),
-        ),
-        Figure(
-            f"scrape_refresh_{count}",
-            steady,
-            None,
-            "s",
-            "-",
-            None,
-            f"a refresh with nothing changed ({data['looked_steady']} tables read again); "
-            f"the first after a restart {first:.2f}s ({data['looked_first']} tables read, "
-            f"{data['log_rows']} log rows read in full)",
-        ),
-    ]
+            Figure(
+                f"scrape_series_per_table_{count}{suffix}",
+                float(per_table),
+                None,
+                "series",
+                "<= 25" if setting == "default" else "-",
+                per_table <= 25 if setting == "default" else None,
+                f"the most series of one table on /metrics (mean "
+                f"{data['series_per_table_mean']:.1f}); {data['series']} series in all",
+            ),
+            Figure(
+                f"scrape_refresh_{count}{suffix}",
+                steady,
+                None,
+                "s",
+                "-",
+                None,
+                f"a refresh with nothing changed ({data['looked_steady']} tables read again); "
+                f"the first after a restart {first:.2f}s ({data['looked_first']} tables read, "
+                f"{data['log_rows']} log rows read in full; icegate_exporter_refresh_duration_"
+                f"seconds said {summary.median('served_refresh_s'):.2f}s); peak memory "
+                f"{summary.peak_mb:.0f} MB",
+            ),
+        ]
+    return figures
 
 
 def bench_scale(work: Path, settings: Settings) -> list[Figure]:

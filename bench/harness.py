@@ -46,6 +46,8 @@ class Settings:
     tables_per_run: int | None = None
     #: ``scale``'s lakehouse size.
     scale_tables: int = 10_000
+    #: ``monitoring``'s lakehouse size.
+    monitoring_tables: int = 1000
     #: ``peers``' repetitions of W1 and of W2.
     peer_reps: tuple[int, int] = (6, 4)
 

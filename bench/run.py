@@ -12,7 +12,9 @@ sensor, health_sensor, monitoring, scale, query, batching, daemon, peers, reques
 (``bench.object_store``). ``peers``
 installs iceberg-zamboni in its own venv under ``.bench/peers/`` and runs W1 and W2 with
 it (``--peer-reps``, default 6 and 4; ``bench.peers`` says how). ``scale`` builds 10,000 tables
-(``--scale-tables N``) before it measures: allow half an hour. ``--reps`` (default 3)
+(``--scale-tables N``) before it measures: allow half an hour; ``monitoring`` builds and
+maintains 1,000 (``--monitoring-tables N``) and measures the exporter by default and with
+``--operation-detail``. ``--reps`` (default 3)
 repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
 ``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
 ``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput``. ``--quick`` is a smoke test: 1
@@ -94,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         default=10_000,
         help="scale: tables in its lakehouse (default 10000; building them takes a while)",
     )
+    parser.add_argument(
+        "--monitoring-tables",
+        type=int,
+        default=1000,
+        help="monitoring: tables in its lakehouse, maintained once (default 1000)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 rep, small data")
     parser.add_argument(
         "--timeout", type=float, default=7200.0, help="seconds before a process is killed"
@@ -140,8 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     reps = args.reps if args.reps is not None else (1 if args.quick else 3)
-    if reps < 1 or args.big_reps < 1 or args.scale_max < 1 or args.scale_tables < 1:
-        parser.error("--reps, --big-reps, --scale-max and --scale-tables must be at least 1")
+    counts = (reps, args.big_reps, args.scale_max, args.scale_tables, args.monitoring_tables)
+    if min(counts) < 1:
+        parser.error(
+            "--reps, --big-reps, --scale-max, --scale-tables and --monitoring-tables must be "
+            "at least 1"
+        )
     settings = Settings(
         reps=reps,
         big_reps=args.big_reps,
@@ -153,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         dagster_yaml=args.dagster_yaml.resolve(),
         tables_per_run=args.tables_per_run,
         scale_tables=args.scale_tables,
+        monitoring_tables=args.monitoring_tables,
         peer_reps=_two_counts(parser, "--peer-reps", args.peer_reps),
     )
     names = args.names or list(BENCHMARKS)

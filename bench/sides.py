@@ -395,7 +395,9 @@ def scale(config_path: str, keys_file: str, changed: str) -> None:
     _emit(figures)
 
 
-def scrape(config_path: str) -> None:
+def scrape(config_path: str, setting: str = "default") -> None:
+    """The exporter over a lakehouse: refreshes, scrapes, series (``setting``: ``default``,
+    or ``detail`` for ``serve --operation-detail``)."""
     import gzip
     import statistics
     import threading
@@ -405,7 +407,7 @@ def scrape(config_path: str) -> None:
     from icegate_dagster.monitoring.server import Exporter, make_server
 
     config = load_config(config_path)
-    exporter = Exporter(config, max_age_s=60.0)
+    exporter = Exporter(config, max_age_s=60.0, operation_detail=setting == "detail")
     server = make_server(exporter, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -445,11 +447,28 @@ def scrape(config_path: str) -> None:
     server.shutdown()
     exporter.stop()
     text = body.decode()
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    served_refresh = next(
+        float(line.rsplit(" ", 1)[1])
+        for line in samples
+        if line.startswith("icegate_exporter_refresh_duration_seconds ")
+    )
+    per_table: dict[str, int] = {}
+    for line in samples:
+        if 'table="' in line:
+            table = line.split('table="', 1)[1].split('"', 1)[0]
+            per_table[table] = per_table.get(table, 0) + 1
     figures.update(
+        setting=setting,
         tables=len(steady.tables),
         looked_first=first.looked,
         looked_steady=steady.looked,
-        series=sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+        series=len(samples),
+        series_per_table_max=max(per_table.values(), default=0),
+        series_per_table_mean=sum(per_table.values()) / max(1, len(per_table)),
+        # What the exporter served for the first refresh (its figures were scraped after
+        # it), against the same refresh timed from outside.
+        served_refresh_s=served_refresh,
         bytes=len(body),
         gzip_bytes=len(zipped),
         gzip_same=gzip.decompress(zipped)[:1000] == body[:1000],

@@ -41,7 +41,12 @@ def serve(args: argparse.Namespace) -> int:
             if args.dagster_home:
                 raise
             print(f"icegate-maintain: warning: {exc}; serving without it", file=sys.stderr)
-    exporter = Exporter(config, max_age_s=max_age.total_seconds(), instance=instance)
+    exporter = Exporter(
+        config,
+        max_age_s=max_age.total_seconds(),
+        instance=instance,
+        operation_detail=args.operation_detail,
+    )
     try:
         server = make_server(exporter, args.host, args.port, auth=auth)
     except OSError as exc:
@@ -50,6 +55,7 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"icegate-maintain serve: http://{host}:{port}/metrics, /health, /status/compaction "
         f"(figures refreshed every {format_duration(max_age)}; "
+        f"{'every series per operation' if args.operation_detail else 'series within the budget'}; "
         f"{'credentials required' if auth else 'no credentials required'}; Ctrl-C to stop)",
         flush=True,
     )

@@ -8,6 +8,17 @@ the names (``_seconds``, ``_bytes``, ``_total`` for counters). Every per-table f
 the labels ``table`` (``namespace.table``) and ``namespace``; per-operation families add
 ``operation``, and ``icegate_operation_last_outcome`` ``outcome``.
 
+A budget of series per table (:data:`SERIES_BUDGET`): by default only the series a shipped
+alert rule (``deploy/prometheus``) or dashboard panel (``deploy/grafana``) reads are
+rendered, 22 gauges a table (18 without ``wal.root``), ``compaction_duration_seconds``
+for the compactions that did work (at most 2) and ``icegate_operation_consecutive_failures``
+for each operation failing now (0 series while none fails): at most 25 a table with at
+most one operation failing. The counters are summed by operation over the log's rows (of
+every table, dropped ones included), and
+``icegate_operation_due_tables`` counts the tables each operation is due on. With
+``operation_detail`` (``serve --operation-detail``) every series is rendered per table
+and operation as well: about 49 a table and 9 more per operation run on it.
+
 A snapshot is rendered once, when it is taken (:func:`render`), and every scrape until the
 next one serves those bytes: a scrape costs no work however many tables there are. The
 values that depend on the moment (``..._seconds_since_...``, ``icegate_table_due_seconds``)
@@ -40,6 +51,9 @@ from icegate_dagster.monitoring.snapshot import SOURCES, Snapshot, TableFigures
 TABLE_LABELS = ("table", "namespace")
 OP_LABELS = ("table", "namespace", "operation")
 
+#: Series per table the default rendering stays within (see the module docstring).
+SERIES_BUDGET = 25
+
 #: Operations whose log rows count files and bytes rewritten, and freed.
 REWRITES = ("optimize", "rewrite_position_delete_files")
 FREES = ("expire_snapshots", "remove_orphan_files")
@@ -52,6 +66,12 @@ class TableGauge:
     name: str
     help: str
     value: Callable[[TableFigures, float], float | None]
+    #: Rendered only with the operation detail (``serve --operation-detail``): no shipped
+    #: alert rule or dashboard panel reads it.
+    detail: bool = False
+    #: Rendered only where ``wal.root`` is set (a WAL figure, or a threshold only WAL
+    #: figures are compared with).
+    wal: bool = False
 
 
 def _health(t: TableFigures) -> HealthSummary | None:
@@ -104,11 +124,13 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "wal_files_count",
         "WAL files waiting to be ingested (the seed's name)",
         _wal("files"),
+        wal=True,
     ),
     TableGauge(
         "wal_size_bytes",
         "Bytes of the WAL files waiting to be ingested (the seed's name)",
         _wal("bytes"),
+        wal=True,
     ),
     TableGauge(
         "snapshot_count",
@@ -134,6 +156,7 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_table_due_seconds",
         "Seconds the table has been due without a break (0: nothing due)",
         _due_seconds,
+        detail=True,
     ),
     TableGauge(
         "icegate_table_unmaintained_seconds",
@@ -144,6 +167,7 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_table_work_bytes",
         "Bytes the due operations would read and rewrite",
         _of_health(lambda h: float(h.work_bytes)),
+        detail=True,
     ),
     TableGauge(
         "icegate_table_data_files", "Data files in the current snapshot", _figure("data_files")
@@ -178,11 +202,13 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_table_wal_quarantined_files",
         "WAL files set aside in _quarantine (they need a person)",
         _wal("quarantined"),
+        wal=True,
     ),
     TableGauge(
         "icegate_table_wal_oldest_age_seconds",
         "Age of the oldest waiting WAL file (0: none waiting)",
         _wal_age,
+        wal=True,
     ),
     TableGauge(
         "icegate_table_unreadable",
@@ -193,16 +219,19 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_table_excluded",
         "1 when the table is excluded from maintenance (opt-out)",
         _of_health(lambda h: float(h.excluded is not None)),
+        detail=True,
     ),
     TableGauge(
         "icegate_table_maintenance_in_progress",
         "1 while a maintainer holds the table's lease",
         lambda t, now: float(t.held_by is not None),
+        detail=True,
     ),
     TableGauge(
         "icegate_table_look_timestamp_seconds",
         "When the table's health was last read from its metadata",
         lambda t, now: t.look.looked_at if t.look is not None else None,
+        detail=True,
     ),
     TableGauge(
         "icegate_check_max_snapshots",
@@ -213,11 +242,13 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_check_max_wal_files",
         "maintain.checks.max_wal_files for the table (the wal_backlog check's threshold)",
         lambda t, now: float(t.checks.max_wal_files),
+        wal=True,
     ),
     TableGauge(
         "icegate_check_max_wal_bytes",
         "maintain.checks.max_wal_bytes for the table (the wal_backlog check's threshold)",
         lambda t, now: float(t.checks.max_wal_bytes),
+        wal=True,
     ),
     TableGauge(
         "icegate_check_max_compaction_duration_seconds",
@@ -228,6 +259,7 @@ TABLE_GAUGES: tuple[TableGauge, ...] = (
         "icegate_health_min_score",
         "health.min_score for the table (its healthy check fails below)",
         lambda t, now: t.min_score,
+        detail=True,
     ),
     TableGauge(
         "icegate_health_min_interval_seconds",
@@ -283,17 +315,20 @@ def _labels(t: TableFigures, *more: str) -> list[str]:
 
 
 class SnapshotCollector(Collector):
-    """Yields every family of one snapshot (see the module docstring)."""
+    """Yields every family of one snapshot (see the module docstring): with
+    ``operation_detail``, every series per table and operation; without (the default),
+    only those a shipped alert rule or dashboard panel reads (see :data:`SERIES_BUDGET`)."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, *, operation_detail: bool = False) -> None:
         self.snapshot = snapshot
+        self.operation_detail = operation_detail
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot
         now = snapshot.taken_at
         tables = snapshot.tables
         for gauge in TABLE_GAUGES:
-            if not snapshot.has_wal and gauge.name in _WAL_GAUGES:
+            if (gauge.wal and not snapshot.has_wal) or (gauge.detail and not self.operation_detail):
                 continue
             family = GaugeMetricFamily(gauge.name, gauge.help, labels=TABLE_LABELS)
             for t in tables:
@@ -301,10 +336,100 @@ class SnapshotCollector(Collector):
                 if value is not None:
                     family.add_metric(_labels(t), value)
             yield family
-        yield from self._health_parts(tables)
-        yield from self._operations(tables, now)
-        yield from self._counters(tables)
+        yield self._due_tables(tables)
+        if self.operation_detail:
+            yield from self._health_parts(tables)
+            yield from self._operations(tables, now)
+            yield from self._counters(tables)
+        else:
+            yield from self._failing_and_durations(tables)
+            yield from self._lakehouse_counters()
         yield from self._exporter(snapshot)
+
+    def _due_operations(self) -> tuple[str, ...]:
+        return tuple(op for op in DUE_ORDER if op != "wal_compaction" or self.snapshot.has_wal)
+
+    def _due_tables(self, tables: Sequence[TableFigures]) -> Metric:
+        """Per operation, the tables it is due on (a few series whatever the tables)."""
+        family = GaugeMetricFamily(
+            "icegate_operation_due_tables",
+            "Tables the operation is due on now",
+            labels=("operation",),
+        )
+        counts = dict.fromkeys(self._due_operations(), 0)
+        for t in tables:
+            health = _health(t)
+            if health is not None:
+                for operation in health.due_operations:
+                    if operation in counts:
+                        counts[operation] += 1
+        for operation, count in counts.items():
+            family.add_metric([operation], float(count))
+        return family
+
+    def _failing_and_durations(self, tables: Sequence[TableFigures]) -> Iterator[Metric]:
+        """The default's per-operation series: what the alert rules compare per operation
+        (an operation's failures in a row, only while it fails; the last compaction's
+        duration)."""
+        failures = GaugeMetricFamily(
+            "icegate_operation_consecutive_failures",
+            "Failed or lost attempts of the operation in a row (0 after a success; without "
+            "--operation-detail, only operations failing now)",
+            labels=OP_LABELS,
+        )
+        for t in tables:
+            for name, memory in sorted(t.operations.items()):
+                if memory.failures > 0:
+                    failures.add_metric(_labels(t, name), float(memory.failures))
+        yield failures
+        yield self._durations(tables)
+
+    def _durations(self, tables: Sequence[TableFigures]) -> Metric:
+        duration = GaugeMetricFamily(
+            "compaction_duration_seconds",
+            "Seconds the last WAL ingest (wal_compaction) or compaction (optimize) that did "
+            "work took (the seed's name)",
+            labels=OP_LABELS,
+        )
+        for t in tables:
+            for name in COMPACTIONS:
+                totals = t.totals.get(name)
+                if totals is not None and totals.last_duration_ms is not None:
+                    duration.add_metric(_labels(t, name), totals.last_duration_ms / 1000.0)
+        return duration
+
+    def _lakehouse_counters(self) -> Iterator[Metric]:
+        """The default's counters: the per-table ones summed by operation (the dashboard
+        sums them so) over every log row read since the start, tables dropped since
+        included: a sum over the tables listed now would go down when one is dropped,
+        which Prometheus reads as a reset (and ``increase()`` as a jump)."""
+        log = self.snapshot.log
+        every = log.totals if log is not None else {}
+        by_operation: dict[str, list[OperationTotals]] = {}
+        for (_, operation), totals in sorted(every.items()):
+            by_operation.setdefault(operation, []).append(totals)
+        for name, help_text, operations, figure in COUNTERS:
+            family = CounterMetricFamily(name, help_text, labels=("operation",))
+            for operation in operations:
+                total = sum(_sum(t, figure) for t in by_operation.get(operation, []))
+                family.add_metric([operation], total)
+            yield family
+        for name, help_text, operation, figure in TABLE_COUNTERS:
+            total = sum(_sum(t, figure) for t in by_operation.get(operation, []))
+            yield CounterMetricFamily(name, help_text, value=total)
+        summed = {
+            operation: (
+                sum(t.duration_ms for t in found) / 1000.0,
+                float(sum(t.rows for t in found)),
+                float(sum(t.failures for t in found)),
+            )
+            for operation, found in sorted(by_operation.items())
+        }
+        for index, (name, help_text) in enumerate(_RUN_COUNTERS):
+            family = CounterMetricFamily(name, help_text, labels=("operation",))
+            for operation, values in summed.items():
+                family.add_metric([operation], values[index])
+            yield family
 
     def _health_parts(self, tables: Sequence[TableFigures]) -> Iterator[Metric]:
         penalty = GaugeMetricFamily(
@@ -325,9 +450,7 @@ class SnapshotCollector(Collector):
             for component in WEIGHTS:
                 penalty.add_metric(_labels(t, component), health.penalties.get(component, 0.0))
             due_now = set(health.due_operations)
-            for operation in DUE_ORDER:
-                if operation == "wal_compaction" and not self.snapshot.has_wal:
-                    continue
+            for operation in self._due_operations():
                 due.add_metric(_labels(t, operation), float(operation in due_now))
         yield penalty
         yield due
@@ -364,12 +487,6 @@ class SnapshotCollector(Collector):
             "Failed or lost attempts of the operation in a row (0 after a success)",
             labels=OP_LABELS,
         )
-        duration = GaugeMetricFamily(
-            "compaction_duration_seconds",
-            "Seconds the last WAL ingest (wal_compaction) or compaction (optimize) that did "
-            "work took (the seed's name)",
-            labels=OP_LABELS,
-        )
         for t in tables:
             for name, memory in sorted(t.operations.items()):
                 labels = _labels(t, name)
@@ -382,11 +499,8 @@ class SnapshotCollector(Collector):
                     [*labels, memory.outcome if memory.outcome in OUTCOMES else "failed"], 1.0
                 )
                 failures.add_metric(labels, float(memory.failures))
-            for name in COMPACTIONS:
-                totals = t.totals.get(name)
-                if totals is not None and totals.last_duration_ms is not None:
-                    duration.add_metric(_labels(t, name), totals.last_duration_ms / 1000.0)
-        yield from (attempt, success, since_attempt, since_success, outcome, failures, duration)
+        yield from (attempt, success, since_attempt, since_success, outcome, failures)
+        yield self._durations(tables)
 
     def _counters(self, tables: Sequence[TableFigures]) -> Iterator[Metric]:
         for name, help_text, operations, figure in COUNTERS:
@@ -400,22 +514,9 @@ class SnapshotCollector(Collector):
             for t in tables:
                 family.add_metric(_labels(t), _sum(t.totals.get(operation), figure))
             yield family
-        seconds = CounterMetricFamily(
-            "icegate_maintenance_run_seconds",
-            "Seconds spent in the operation on the table, summed over the maintenance log rows "
-            "since the exporter started",
-            labels=OP_LABELS,
-        )
-        runs = CounterMetricFamily(
-            "icegate_maintenance_operations",
-            "Log rows of the operation on the table (one per attempt) since the exporter started",
-            labels=OP_LABELS,
-        )
-        failed = CounterMetricFamily(
-            "icegate_maintenance_failures",
-            "Failed attempts of the operation on the table (log rows with status failed) since "
-            "the exporter started",
-            labels=OP_LABELS,
+        seconds, runs, failed = (
+            CounterMetricFamily(name, help_text, labels=OP_LABELS)
+            for name, help_text in _RUN_COUNTERS
         )
         for t in tables:
             for operation, totals in sorted(t.totals.items()):
@@ -452,11 +553,6 @@ class SnapshotCollector(Collector):
             value=snapshot.taken_at,
         )
         yield GaugeMetricFamily(
-            "icegate_exporter_refresh_duration_seconds",
-            "Seconds the last refresh of the figures took",
-            value=snapshot.refresh_s,
-        )
-        yield GaugeMetricFamily(
             "icegate_exporter_tables",
             "Tables the catalog lists for maintenance",
             value=float(len(snapshot.tables)),
@@ -480,23 +576,32 @@ class SnapshotCollector(Collector):
             )
 
 
-#: Gauges shown only where wal.root is set.
-_WAL_GAUGES = {
-    "wal_files_count",
-    "wal_size_bytes",
-    "icegate_table_wal_quarantined_files",
-    "icegate_table_wal_oldest_age_seconds",
-}
+#: Counters of every operation's log rows: family -> help.
+_RUN_COUNTERS: tuple[tuple[str, str], ...] = (
+    (
+        "icegate_maintenance_run_seconds",
+        "Seconds spent in the operation, summed over the maintenance log rows since the "
+        "exporter started",
+    ),
+    (
+        "icegate_maintenance_operations",
+        "Log rows of the operation (one per attempt) since the exporter started",
+    ),
+    (
+        "icegate_maintenance_failures",
+        "Failed attempts of the operation (log rows with status failed) since the exporter started",
+    ),
+)
 
 
 def _sum(totals: OperationTotals | None, figure: str) -> float:
     return float(totals.figures.get(figure, 0)) if totals is not None else 0.0
 
 
-def render(snapshot: Snapshot) -> bytes:
-    """The snapshot in Prometheus' text format."""
+def render(snapshot: Snapshot, *, operation_detail: bool = False) -> bytes:
+    """The snapshot in Prometheus' text format (see :class:`SnapshotCollector`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
+    registry.register(SnapshotCollector(snapshot, operation_detail=operation_detail))
     return generate_latest(registry)
 
 
@@ -507,14 +612,18 @@ class ExporterState:
     taken_at: float | None
     refreshes: int
     refresh_errors: int
+    #: Seconds the last successful refresh took, start to end: gathering, rendering and
+    #: compressing the figures (None: none yet).
+    refresh_s: float | None = None
 
 
 def render_live(
     state: ExporterState, now: float | None = None, *, age_s: float | None = None
 ) -> bytes:
     """The few figures rendered at each scrape: the snapshot's age (``age_s`` where the
-    caller measured it on one clock, else ``now`` minus its ``taken_at``) and the refresh
-    counts."""
+    caller measured it on one clock, else ``now`` minus its ``taken_at``), the last
+    refresh's duration (rendering included, so it is known only once the figures are
+    rendered) and the refresh counts."""
     moment = time.time() if now is None else now
 
     class _Live(Collector):
@@ -524,6 +633,13 @@ def render_live(
                     "icegate_exporter_snapshot_age_seconds",
                     "Seconds since the figures of this scrape were gathered",
                     value=age_s if age_s is not None else max(0.0, moment - state.taken_at),
+                )
+            if state.refresh_s is not None:
+                yield GaugeMetricFamily(
+                    "icegate_exporter_refresh_duration_seconds",
+                    "Seconds the last refresh of the figures took, start to end: gathering, "
+                    "rendering and compressing them",
+                    value=state.refresh_s,
                 )
             yield CounterMetricFamily(
                 "icegate_exporter_refreshes",

@@ -1,7 +1,8 @@
 """``icegate-maintain serve``: the exporter's HTTP server and the refresher behind it.
 
 One thread refreshes the figures (:class:`~.snapshot.Gatherer`) and renders them
-(:func:`~.metrics.render`) every ``max_age`` seconds, start to start, so what a scrape
+(:func:`~.metrics.render`, within the series budget unless ``operation_detail``) every
+``max_age`` seconds, start to start, so what a scrape
 serves is at most about ``max_age`` old; the server answers from the latest rendering:
 
 - ``GET /metrics``: Prometheus' text format (gzip when asked for), the latest snapshot's
@@ -68,9 +69,13 @@ class Exporter:
         max_age_s: float,
         instance: DagsterInstance | None = None,
         log: Callable[[str], None] | None = None,
+        operation_detail: bool = False,
     ) -> None:
         self.config = config
         self.max_age_s = max_age_s
+        #: Render every series per table and operation, not only those within the budget
+        #: (see :mod:`.metrics`).
+        self.operation_detail = operation_detail
         self.instance = instance
         self.gatherer = Gatherer(config, instance, look_budget_s=max(1.0, 0.5 * max_age_s))
         self.probes = HealthProbes(config, instance, freshness=self.freshness)
@@ -98,9 +103,12 @@ class Exporter:
         started = time.monotonic()
         try:
             snapshot = self.gatherer.gather()
-            body = render(snapshot)
+            body = render(snapshot, operation_detail=self.operation_detail)
             # Compressed once here, not at each scrape (Prometheus asks for gzip).
             body_gz = gzip.compress(body, compresslevel=1)
+            # The whole refresh, rendering and compressing included (served live at each
+            # scrape: the body cannot hold the time it took to render itself).
+            took = time.monotonic() - started
         except Exception as exc:  # the last snapshot is served on; the next refresh retries
             error = describe_error(exc, lambda text: scrub(text, self.config))
             with self._lock:
@@ -112,6 +120,7 @@ class Exporter:
             self.snapshot, self.body, self.body_gz = snapshot, body, body_gz
             self.taken_mono = started
             self.state.taken_at = snapshot.taken_at
+            self.state.refresh_s = took
             self.state.refreshes += 1
             self.last_error = None
         # Said once per change, not at every refresh.
@@ -178,7 +187,10 @@ class Exporter:
         with self._lock:
             body = self.body_gz if gzip_ok else self.body
             state = ExporterState(
-                self.state.taken_at, self.state.refreshes, self.state.refresh_errors
+                self.state.taken_at,
+                self.state.refreshes,
+                self.state.refresh_errors,
+                self.state.refresh_s,
             )
         live = render_live(state, age_s=self.snapshot_age())
         # Concatenated gzip members are one valid gzip stream.

@@ -115,7 +115,8 @@ class Snapshot:
     taken_at: float
     tables: tuple[TableFigures, ...]
     sources: Mapping[str, SourceState]
-    #: Seconds the refresh took, and the tables it had no time to look at (next refresh).
+    #: Seconds the gathering took (the exporter's ``icegate_exporter_refresh_duration_seconds``
+    #: adds rendering), and the tables it had no time to look at (next refresh).
     refresh_s: float = 0.0
     waiting: int = 0
     looked: int = 0

@@ -6,7 +6,8 @@ table is **confirmed gone**: missing from the listing *and* the catalog answerin
 asked for that very table, that it does not exist. A listing that comes back short (a
 REST catalog in failover answering "no such namespace", a namespace listed while it is
 being recreated) removes nothing; a table that cannot be asked about stays. Partitions an
-unfinished run or backfill still names wait until it is over.
+unfinished run or a requested backfill still names wait until it is over (a canceled
+or failing backfill launches no more runs: only its unfinished runs hold their tables).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from icegate_dagster.sensors.tick import Tick
 
 #: The key of the sensor's cursor that says where the run history's pruning goes on.
 RUNS_CURSOR = "runs_after"
-#: Backfill statuses (``BulkActionStatus`` values) that may still launch runs.
-UNFINISHED_BACKFILLS = {"REQUESTED", "CANCELING", "FAILING"}
+#: Backfill statuses (``BulkActionStatus`` values) that may still launch runs: only a
+#: requested backfill does. CANCELING and FAILING only cancel the runs it launched (and
+#: last until a daemon's backfill loop has seen them all end: without a daemon, for ever);
+#: those runs pin their tables by themselves while they are unfinished.
+LAUNCHING_BACKFILLS = {"REQUESTED"}
 
 
 def partition_changes(discovered: list[str], current: list[str]) -> tuple[list[str], list[str]]:
@@ -74,9 +78,11 @@ def still_targeted(
     why (run or backfill id and status).
 
     Dagster fails a whole run whose range start or end partition no longer exists, so
-    those partitions wait until the run is over. An in-progress backfill of
+    those partitions wait until the run is over. A requested backfill of
     ``maintained_table`` holds every dropped table back (which partitions an asset
-    backfill still has to launch is not public), a job backfill the ones it names.
+    backfill still has to launch is not public), a job backfill the ones it names. A
+    backfill canceled or failing (CANCELING, FAILING) launches no more runs and holds
+    nothing: the runs it launched and are not over still hold their tables.
     """
     if not removed:
         return {}
@@ -86,7 +92,7 @@ def still_targeted(
     }
     for backfill in instance.get_backfills(limit=200):
         status = getattr(getattr(backfill, "status", None), "value", "")
-        if status not in UNFINISHED_BACKFILLS:
+        if status not in LAUNCHING_BACKFILLS:
             continue
         names = set(getattr(backfill, "partition_names", None) or ())
         assets = set(getattr(backfill, "asset_selection", None) or ())
@@ -159,12 +165,13 @@ def discovery_tick(
         "back short (a REST catalog in failover answering 'no such namespace') removes "
         "nothing, and a table that cannot be asked about stays (pyiceberg only, no JVM). A "
         "dropped table stays a partition while an unfinished run names it as "
-        "dagster/partition or lies in its range, or while a backfill of maintained_table is in "
-        "progress (Dagster fails a whole run whose range start or end partition no longer "
-        "exists); the tick's skip reason names the tables kept and what holds them. Each tick "
-        "also deletes, a bounded number at a time, this code location's finished runs older "
-        "than maintain.history.runs (never unfinished runs, other code locations' runs or a "
-        "run holding a table's latest materialization)."
+        "dagster/partition or lies in its range, or while a backfill of maintained_table is "
+        "requested (a canceled or failing one launches no more runs: only its unfinished "
+        "runs hold their tables; Dagster fails a whole run whose range start or end "
+        "partition no longer exists); the tick's skip reason names the tables kept and what "
+        "holds them. Each tick also deletes, a bounded number at a time, this code "
+        "location's finished runs older than maintain.history.runs (never unfinished runs, "
+        "other code locations' runs or a run holding a table's latest materialization)."
     ),
 )
 def iceberg_table_discovery(

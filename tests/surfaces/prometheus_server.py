@@ -1,9 +1,10 @@
 """A throw-away Prometheus server on loopback, and the exporter it scrapes.
 
 Debian's ``prometheus`` package provides ``prometheus`` and ``promtool``. The server gets a
-configuration of its own in a temporary folder: one job, ``icegate-maintain``, scraped every
-second, the project's alert rules evaluated every second, its data in that folder. Queries
-go through its HTTP API (``/api/v1/query``), as Grafana's would.
+configuration of its own in a temporary folder: the job ``icegate-maintain`` (and any more
+asked for), scraped every second, the project's alert rules evaluated every second, its
+data in that folder. Queries go through its HTTP API (``/api/v1/query``), as Grafana's
+would.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +72,22 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def running_prometheus(root: Path, targets: Sequence[str]) -> Iterator[Prometheus]:
-    """Prometheus scraping ``targets`` (``host:port``) as job ``icegate-maintain`` every
-    second, with the project's alert rules; stopped afterwards."""
+def running_prometheus(
+    root: Path, targets: Sequence[str], more_jobs: Mapping[str, Sequence[str]] | None = None
+) -> Iterator[Prometheus]:
+    """Prometheus scraping ``targets`` (``host:port``) as job ``icegate-maintain`` (and
+    ``more_jobs``' targets under their job names) every second, with the project's alert
+    rules; stopped afterwards."""
     need_prometheus()
     root.mkdir(parents=True, exist_ok=True)
+    jobs = {JOB: targets, **(more_jobs or {})}
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": list(targets)}]}],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": list(found)}]}
+            for job, found in jobs.items()
+        ],
     }
     config_path = root / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
@@ -115,14 +123,27 @@ def get(url: str) -> tuple[int, bytes, dict[str, str]]:
         return error.code, error.read(), dict(error.headers)
 
 
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every panel target of the shipped dashboard."""
-    document = json.loads(DASHBOARD.read_text())
-    found = []
-    for panel in document["panels"]:
+def dashboard_targets(panels: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(title of the row it is in, target) of every panel target: a row is a panel of
+    type ``row`` and holds the panels after it, up to the next row."""
+    row = ""
+    for panel in panels:
+        if panel["type"] == "row":
+            row = panel["title"]
         for target in panel.get("targets", []):
-            found.append((panel["title"], target["expr"]))
-    return found
+            yield row, target
+
+
+def dashboard_queries(*, detail: bool | None = None) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every panel target of the shipped dashboard; ``detail``
+    True: only those of the row that needs ``serve --operation-detail``, False: the others."""
+    document = json.loads(DASHBOARD.read_text())
+    titles = {id(t): p["title"] for p in document["panels"] for t in p.get("targets", [])}
+    return [
+        (titles[id(target)], target["expr"])
+        for row, target in dashboard_targets(document["panels"])
+        if detail is None or detail == ("--operation-detail" in row)
+    ]
 
 
 def template_queries() -> list[tuple[str, str]]:

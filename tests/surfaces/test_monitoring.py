@@ -2,12 +2,15 @@
 exporter as its own process over a real lakehouse, Debian's Prometheus scraping it every
 second with the shipped alert rules, PromQL through Prometheus' HTTP API before and after a
 real pass, every panel of the shipped Grafana dashboard queried, the Prometheus graph page
-in Chromium; ``/health`` answering 503 when the catalog cannot be reached, and while the
-Dagster daemon does not beat.
+in Chromium; two exporters, one with the default series budget (job ``icegate-maintain``,
+which the rules and the dashboard must do with) and one with ``--operation-detail`` (job
+``icegate-detail``: the dashboard's per-operation row, the per-table counters);
+``/health`` answering 503 when the catalog cannot be reached, and while the Dagster daemon
+does not beat.
 
 One lakehouse for the module (``lakehouse.events``: 14 small files in one partition and an
 old orphan; ``lakehouse.logs``: 12 WAL files waiting; ``lakehouse.stale``: due, never
-maintained; ``lakehouse.broken``: its ``optimize`` fails, twice), one exporter and one
+maintained; ``lakehouse.broken``: its ``optimize`` fails, twice), the two exporters and one
 Prometheus for the whole story.
 """
 
@@ -35,6 +38,7 @@ from icegate_dagster.cli.dispatch import run_cli
 from tests.lakehouse import Lakehouse, batch, make_lakehouse
 from tests.servers import ServerProcess, free_port, process_tree, wait_until
 from tests.surfaces.prometheus_server import (
+    JOB,
     PROMTOOL,
     Prometheus,
     dashboard_queries,
@@ -62,6 +66,10 @@ EVENTS, LOGS, STALE, BROKEN = (
 )
 WAL_FILES, WAL_ROWS_EACH = 12, 5
 SMALL_FILES = 14
+#: The job of the exporter started with ``--operation-detail``.
+DETAIL_JOB = "icegate-detail"
+#: What the default serves at most per table (issue 41), one operation failing.
+SERIES_BUDGET = 25
 
 
 def _artifacts() -> Path:
@@ -109,10 +117,44 @@ def exporter(lakehouse: Lakehouse) -> Iterator[tuple[ServerProcess, str]]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(lakehouse: Lakehouse, exporter: tuple[ServerProcess, str]) -> Iterator[Prometheus]:
+def detail_exporter(lakehouse: Lakehouse) -> Iterator[tuple[ServerProcess, str]]:
+    port = free_port()
+    command = exporter_command(lakehouse.config_path, port, "--max-age", "1s", "--operation-detail")
+    with ServerProcess("detail", command, lakehouse.root / "detail.log") as process:
+        url = f"http://127.0.0.1:{port}"
+        process.wait_ready(
+            lambda: (
+                b"icegate_operation_last_outcome" in get(f"{url}/metrics")[1]
+                or b"icegate_table_health_penalty" in get(f"{url}/metrics")[1]
+            ),
+            60,
+            what="the detailed exporter's first figures",
+        )
+        yield process, url
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    lakehouse: Lakehouse,
+    exporter: tuple[ServerProcess, str],
+    detail_exporter: tuple[ServerProcess, str],
+) -> Iterator[Prometheus]:
     target = exporter[1].removeprefix("http://")
-    with running_prometheus(lakehouse.root / "prometheus", [target]) as server:
+    detail = detail_exporter[1].removeprefix("http://")
+    with running_prometheus(
+        lakehouse.root / "prometheus", [target], {DETAIL_JOB: [detail]}
+    ) as server:
         yield server
+
+
+def _series_per_table(url: str) -> dict[str, int]:
+    """Series per ``table`` label on a served ``/metrics``."""
+    counts: dict[str, int] = {}
+    for line in get(f"{url}/metrics")[1].decode().splitlines():
+        if line and not line.startswith("#") and 'table="' in line:
+            table = line.split('table="', 1)[1].split('"', 1)[0]
+            counts[table] = counts.get(table, 0) + 1
+    return counts
 
 
 def _no_java(process: ServerProcess) -> None:
@@ -126,24 +168,42 @@ def _no_java(process: ServerProcess) -> None:
 
 
 def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
-    lakehouse: Lakehouse, exporter: tuple[ServerProcess, str], prometheus: Prometheus
+    lakehouse: Lakehouse,
+    exporter: tuple[ServerProcess, str],
+    detail_exporter: tuple[ServerProcess, str],
+    prometheus: Prometheus,
 ) -> None:
     """Files before/after, the counters from the log, a stale table, a failing table, the
-    rules' alerts; every dashboard panel returns series; no JVM in the exporter."""
+    rules' alerts on the default series; every dashboard panel returns series (the
+    per-operation row's from the detailed exporter); at most 25 series a table by default;
+    no JVM in the exporters."""
     process, url = exporter
     config = str(lakehouse.config_path)
 
-    def at(metric: str, table: str, expr: str = "{}", **labels: str) -> float | None:
-        """The value of ``metric`` for ``table`` (and ``labels``), ``expr`` around it."""
-        matchers = ",".join(f'{k}="{v}"' for k, v in {"table": table, **labels}.items())
+    def at(
+        metric: str, table: str | None, expr: str = "{}", job: str = JOB, **labels: str
+    ) -> float | None:
+        """The value of ``metric`` for ``table`` (and ``labels``) as exporter ``job``
+        serves it, ``expr`` around it."""
+        found = {"job": job, **({"table": table} if table else {}), **labels}
+        matchers = ",".join(f'{k}="{v}"' for k, v in found.items())
         return prometheus.value(expr.format(f"{metric}{{{matchers}}}"))
+
+    def detail(metric: str, table: str | None, expr: str = "{}", **labels: str) -> float | None:
+        return at(metric, table, expr, DETAIL_JOB, **labels)
 
     # -- before -------------------------------------------------------------------------------
     wait_until(lambda: at("icegate_table_data_files", EVENTS) == SMALL_FILES, 30, "before")
     assert at("wal_files_count", LOGS) == WAL_FILES
-    assert at("icegate_table_operation_due", EVENTS, operation="optimize") == 1
-    assert at("icegate_table_operation_due", LOGS, operation="wal_compaction") == 1
-    assert at("icegate_files_rewritten_total", EVENTS, operation="optimize") == 0
+    wait_until(
+        lambda: detail("icegate_table_data_files", EVENTS) == SMALL_FILES, 30, "detail: before"
+    )
+    assert detail("icegate_table_operation_due", EVENTS, operation="optimize") == 1
+    assert detail("icegate_table_operation_due", LOGS, operation="wal_compaction") == 1
+    assert at("icegate_operation_due_tables", None, operation="optimize") == 3
+    assert at("icegate_operation_due_tables", None, operation="wal_compaction") == 1
+    assert detail("icegate_files_rewritten_total", EVENTS, operation="optimize") == 0
+    assert at("icegate_files_rewritten_total", None, operation="optimize") == 0
     assert at("snapshot_count", EVENTS) == SMALL_FILES
     bytes_before = at("icegate_table_data_bytes", EVENTS)
     assert bytes_before and bytes_before > 0
@@ -157,48 +217,77 @@ def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
         assert run_cli(["optimize", "--config", config, "--table", BROKEN]) == 1
 
     # -- after ----------------------------------------------------------------------------------
+    def after(job: str) -> bool:
+        return (
+            at("icegate_table_data_files", EVENTS, job=job) == 1
+            and at("wal_files_count", LOGS, job=job) == 0
+            and at("icegate_operation_consecutive_failures", BROKEN, job=job, operation="optimize")
+            == 2
+        )
+
     wait_until(
-        lambda: (
-            at("icegate_table_data_files", EVENTS) == 1
-            and at("wal_files_count", LOGS) == 0
-            and at("icegate_operation_consecutive_failures", BROKEN, operation="optimize") == 2
-        ),
+        lambda: after(JOB) and after(DETAIL_JOB),
         30,
         "after: events compacted, the WAL ingested, broken failed twice",
     )
-    # Counters summed from the maintenance log's rows.
-    assert at("icegate_files_rewritten_total", EVENTS, operation="optimize") == SMALL_FILES
-    assert at("icegate_bytes_rewritten_total", EVENTS, operation="optimize") == bytes_before
-    assert at("icegate_wal_rows_ingested_total", LOGS) == WAL_FILES * WAL_ROWS_EACH
-    assert at("icegate_wal_files_ingested_total", LOGS) == WAL_FILES
-    assert at("icegate_orphan_files_removed_total", EVENTS) == 1
+    # Counters summed from the maintenance log's rows: per table with the detail...
+    assert detail("icegate_files_rewritten_total", EVENTS, operation="optimize") == SMALL_FILES
+    assert detail("icegate_bytes_rewritten_total", EVENTS, operation="optimize") == bytes_before
+    assert detail("icegate_wal_rows_ingested_total", LOGS) == WAL_FILES * WAL_ROWS_EACH
+    assert detail("icegate_wal_files_ingested_total", LOGS) == WAL_FILES
+    assert detail("icegate_orphan_files_removed_total", EVENTS) == 1
     # The 14 small files (and their manifests and manifest lists) once expired.
-    assert (
-        at("icegate_files_freed_total", EVENTS, operation="expire_snapshots") or 0
-    ) > SMALL_FILES
-    assert (at("icegate_bytes_freed_total", EVENTS, operation="expire_snapshots") or 0) > 0
-    assert at("icegate_maintenance_failures_total", BROKEN, operation="optimize") == 2
-    assert (at("icegate_maintenance_run_seconds_total", EVENTS, operation="optimize") or 0) > 0
+    freed = detail("icegate_files_freed_total", EVENTS, operation="expire_snapshots") or 0
+    assert freed > SMALL_FILES
+    assert (detail("icegate_bytes_freed_total", EVENTS, operation="expire_snapshots") or 0) > 0
+    assert detail("icegate_maintenance_failures_total", BROKEN, operation="optimize") == 2
+    seconds = detail("icegate_maintenance_run_seconds_total", EVENTS, operation="optimize")
+    assert (seconds or 0) > 0
+    # ... and by default summed over the tables, by operation (the same totals).
+    assert at("icegate_files_rewritten_total", None, operation="optimize") == SMALL_FILES
+    assert at("icegate_bytes_rewritten_total", None, operation="optimize") == bytes_before
+    assert at("icegate_wal_rows_ingested_total", None) == WAL_FILES * WAL_ROWS_EACH
+    every_table = (
+        f'sum(icegate_files_freed_total{{job="{DETAIL_JOB}",operation="expire_snapshots"}})'
+    )
+    assert at("icegate_files_freed_total", None, operation="expire_snapshots") == (
+        prometheus.value(every_table)
+    )
+    assert at("icegate_maintenance_failures_total", None, operation="optimize") == 2
     assert (at("compaction_duration_seconds", EVENTS, operation="optimize") or 0) > 0
-    # The trigger's memory: last outcome, last success.
+    # The trigger's memory: last outcome, last success (the detail only).
     completed = {"operation": "optimize", "outcome": "completed"}
-    assert at("icegate_operation_last_outcome", EVENTS, **completed) == 1
+    assert detail("icegate_operation_last_outcome", EVENTS, **completed) == 1
     failed = {"operation": "optimize", "outcome": "failed"}
-    assert at("icegate_operation_last_outcome", BROKEN, **failed) == 1
+    assert detail("icegate_operation_last_outcome", BROKEN, **failed) == 1
+    assert at("icegate_operation_last_outcome", BROKEN, **failed) is None
     success = "icegate_operation_last_success_timestamp_seconds"
-    assert at(success, BROKEN, operation="optimize") is None
-    since = at(success, EVENTS, "time() - {}", operation="optimize")
+    assert detail(success, BROKEN, operation="optimize") is None
+    since = detail(success, EVENTS, "time() - {}", operation="optimize")
     assert since is not None and 0 <= since < 120
+    # Failures in a row: 0 with the detail, no series by default, once an operation succeeds.
+    assert detail("icegate_operation_consecutive_failures", EVENTS, operation="optimize") == 0
+    assert at("icegate_operation_consecutive_failures", EVENTS, operation="optimize") is None
     # Health: the maintained table is healthy and due for nothing; the others are due.
     assert at("icegate_table_due_operations", EVENTS) == 0
     assert at("icegate_table_unmaintained_seconds", EVENTS) == 0
-    assert at("icegate_table_operation_due", STALE, operation="optimize") == 1
+    assert detail("icegate_table_operation_due", STALE, operation="optimize") == 1
+    assert at("icegate_operation_due_tables", None, operation="optimize") == 2
+
+    # -- series per table, counted on each exporter's /metrics ---------------------------------
+    default_series = _series_per_table(url)
+    detail_series = _series_per_table(detail_exporter[1])
+    assert set(default_series) == set(detail_series) == {EVENTS, LOGS, STALE, BROKEN}
+    assert max(default_series.values()) <= SERIES_BUDGET, default_series
+    # A maintained table: each operation's last attempt, success, outcome, counters.
+    assert detail_series[EVENTS] > 3 * SERIES_BUDGET, detail_series
 
     # -- the shipped rules: a stale table, a failing table, nothing for the maintained one -------
     def alerts(name: str) -> dict[str, str]:
+        """The alert's state per table, from the default exporter's series."""
         return {
             s["metric"]["table"]: s["metric"]["alertstate"]
-            for s in prometheus.query(f'ALERTS{{alertname="{name}"}}')
+            for s in prometheus.query(f'ALERTS{{alertname="{name}",job="{JOB}"}}')
         }
 
     wait_until(lambda: STALE in alerts("IcegateTableStale"), 30, "the stale table's alert")
@@ -214,17 +303,20 @@ def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
     assert set(alerts("IcegateOperationFailing")) == {BROKEN}
 
     # -- every panel of the dashboard, and its variables, return series -------------------------
+    # Those of the per-operation row from the detailed exporter, the others from the default.
     substitutions = {
         "$__rate_interval": "1m",
-        "$job": "icegate-maintain",
+        "$job": JOB,
         "$namespace": ".+",
         "$table": EVENTS,
     }
     panels = []
-    for title, expr in dashboard_queries():
-        for name, value in substitutions.items():
-            expr = expr.replace(name, value)
-        panels.append((title, expr))
+    for detailed in (False, True):
+        for title, expr in dashboard_queries(detail=detailed):
+            for name, value in {**substitutions, "$job": DETAIL_JOB if detailed else JOB}.items():
+                expr = expr.replace(name, value)
+            panels.append((title, expr))
+    assert len(panels) == len(dashboard_queries())
 
     def panels_without_series() -> list[str]:
         return [f"{title}: {expr}" for title, expr in panels if not prometheus.query(expr)]
@@ -280,6 +372,7 @@ def test_prometheus_sees_the_lakehouse_before_and_after_a_pass(
     assert logs["last_attempt"]["outcome"] == "completed"
     assert get(f"{url}/nope")[0] == 404
     _no_java(process)
+    _no_java(detail_exporter[0])
 
     # -- the Prometheus graph page, as an operator sees it ---------------------------------------
     assert CHROMIUM.exists(), "Debian's chromium is missing: run scripts/setup.sh --test"

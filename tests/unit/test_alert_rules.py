@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from icegate_dagster.maintenance.log.totals import OperationTotals, TotalsView
 from icegate_dagster.monitoring.metrics import ExporterState, render, render_live
 from icegate_dagster.monitoring.snapshot import SOURCES, DaemonBeat, Snapshot, SourceState
+from tests.surfaces.prometheus_server import dashboard_targets
 from tests.unit.test_monitoring import _figures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,10 @@ RULES = REPO / "deploy" / "prometheus" / "icegate-rules.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "icegate-rules.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "icegate-maintenance.json"
 PROMTOOL = Path("/usr/bin/promtool")
+#: The dashboard row whose panels need ``serve --operation-detail``, as its title says.
+DETAIL_OPTION = "--operation-detail"
+#: The last cell of a metric rendered only with that option, in the docs' table.
+DETAIL_OPTION_CELL = "with `--operation-detail`"
 #: What PromQL names that is not a metric: functions, keywords, Prometheus' own series.
 NOT_METRICS = {
     "sum", "count", "by", "on", "ignoring", "group_left", "increase", "rate", "time",
@@ -64,19 +69,22 @@ def test_promtool_rule_tests_pass() -> None:
     assert alerts == tested
 
 
-def _exported() -> set[str]:
-    """Every series name the exporter renders (a snapshot with every part present)."""
+def _exported(*, operation_detail: bool) -> set[str]:
+    """Every series name the exporter renders (a snapshot with every part present), by
+    default or with the operation detail."""
+    optimize = OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)
     snapshot = Snapshot(
         taken_at=1300.0,
-        tables=(
-            _figures(totals={"optimize": OperationTotals(1, 0, 500, {}, 1.0, "completed", 500)}),
-        ),
+        tables=(_figures(totals={"optimize": optimize}),),
         sources={name: SourceState(True) for name in SOURCES},
-        log=TotalsView({}, None, 0, 0),
+        log=TotalsView({("lakehouse.logs", "optimize"): optimize}, None, 1, 1),
         daemons=(DaemonBeat("SENSOR", 1.0, True),),
         has_wal=True,
     )
-    text = render(snapshot).decode() + render_live(ExporterState(1300.0, 1, 0)).decode()
+    text = (
+        render(snapshot, operation_detail=operation_detail).decode()
+        + render_live(ExporterState(1300.0, 1, 0, 2.5)).decode()
+    )
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
@@ -92,22 +100,32 @@ def _names(expr: str) -> set[str]:
 
 
 def test_the_rules_and_the_dashboard_name_only_exported_metrics() -> None:
-    exported = _exported()
+    """The rules, the variables and every panel read only what the exporter renders by
+    default, but for the panels of the row marked ``--operation-detail``, which read what
+    it renders with that option."""
+    exported = _exported(operation_detail=False)
+    detailed = _exported(operation_detail=True)
     rules = [
         rule["expr"]
         for group in yaml.safe_load(RULES.read_text())["groups"]
         for rule in group["rules"]
     ]
     dashboard = json.loads(DASHBOARD.read_text())
-    panels = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    panels = [(title, target["expr"]) for title, target in dashboard_targets(dashboard["panels"])]
+    detail_rows = [p["title"] for p in dashboard["panels"] if DETAIL_OPTION in p["title"]]
+    assert len(detail_rows) == 1, detail_rows
+    by_default = [expr for row, expr in panels if DETAIL_OPTION not in row]
     variables = [v["definition"] for v in dashboard["templating"]["list"]]
     unknown = sorted(
         name
-        for expr in [*rules, *panels, *variables]
+        for expr in [*rules, *by_default, *variables]
         for name in _names(expr)
         if name not in exported
     )
     assert unknown == []
+    detail_only = [expr for row, expr in panels if DETAIL_OPTION in row]
+    assert detail_only
+    assert sorted(n for e in detail_only for n in _names(e) if n not in detailed) == []
     # Every panel asks the one Prometheus data source the dashboard is imported with.
     for panel in dashboard["panels"]:
         if panel["type"] != "row":
@@ -122,4 +140,12 @@ def test_the_docs_list_every_metric_the_exporter_renders() -> None:
     section = text[start : text.index("\n## ", start + 1)]
     table = [line for line in section.splitlines() if line.startswith("| `")]
     named = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
-    assert named == _exported()
+    assert named == _exported(operation_detail=False) | _exported(operation_detail=True)
+    # Its last column says which are rendered only with the option.
+    detail_only = {
+        name
+        for line in table
+        if line.rstrip(" |").endswith(DETAIL_OPTION_CELL)
+        for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    }
+    assert detail_only == _exported(operation_detail=True) - _exported(operation_detail=False)

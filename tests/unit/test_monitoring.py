@@ -31,6 +31,7 @@ from icegate_dagster.maintenance.leases.holder import lease_store
 from icegate_dagster.maintenance.log.totals import (
     LogTotals,
     OperationTotals,
+    TotalsView,
     aggregate,
     human_bytes,
 )
@@ -286,6 +287,14 @@ def test_a_table_is_unmaintained_since_it_fell_due_or_a_due_operation_last_did_i
     assert _figures(look=healthy).unmaintained_s(1300.0) == 0.0
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
 def test_the_families_render_with_their_labels_and_units() -> None:
     snapshot = Snapshot(
         taken_at=1300.0,
@@ -293,13 +302,9 @@ def test_the_families_render_with_their_labels_and_units() -> None:
         sources={"catalog": SourceState(True), "lease_store": SourceState(False, "down")},
         has_wal=True,
     )
-    text = render(snapshot).decode()
+    text = render(snapshot, operation_detail=True).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    sample = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in families.values()
-        for s in f.samples
-    }
+    sample = _samples(text)
     table = (("namespace", "lakehouse"), ("table", "lakehouse.logs"))
     assert sample[("wal_files_count", table)] == 3
     assert sample[("wal_size_bytes", table)] == 300
@@ -327,6 +332,62 @@ def test_the_families_render_with_their_labels_and_units() -> None:
     )
     # The seed's two names: _count is reserved for histograms by promtool's linter.
     assert problems == ["snapshot_count", "wal_files_count"], checked
+
+
+def test_the_default_renders_what_the_rules_read_and_sums_the_counters() -> None:
+    """Without the operation detail: the table's gauges the rules and dashboard read, an
+    operation's failures in a row only while it fails, the counters summed by operation
+    over the log's rows, and per operation the tables it is due on. A table dropped from
+    the listing takes nothing from the sums: a counter never goes down."""
+    failing = _figures()
+    recovered = replace(
+        failing,
+        table="lakehouse.spans",
+        operations={
+            "optimize": replace(failing.operations["optimize"], failures=0, outcome="completed")
+        },
+        totals={"optimize": OperationTotals(1, 0, 500, {"files_rewritten": 4}, 1.0, "ok", 500)},
+    )
+    failing = replace(
+        failing,
+        totals={"optimize": OperationTotals(2, 1, 700, {"files_rewritten": 3}, 1.0, "ok", 300)},
+    )
+    log = TotalsView(
+        {(t.table, op): totals for t in (failing, recovered) for op, totals in t.totals.items()},
+        None,
+        3,
+        1,
+    )
+    snapshot = Snapshot(
+        taken_at=1300.0, tables=(failing, recovered), sources={}, has_wal=True, log=log
+    )
+    sample = _samples(render(snapshot).decode())
+
+    def at(name: str, **labels: str) -> float | None:
+        return sample.get((name, tuple(sorted(labels.items()))))
+
+    logs = {"namespace": "lakehouse", "table": "lakehouse.logs"}
+    spans = {"namespace": "lakehouse", "table": "lakehouse.spans"}
+    assert at("icegate_table_healthy", **logs) == 1
+    assert at("wal_files_count", **logs) == 3
+    assert at("icegate_table_due_seconds", **logs) is None
+    assert at("icegate_operation_consecutive_failures", **logs, operation="optimize") == 2
+    assert at("icegate_operation_consecutive_failures", **spans, operation="optimize") is None
+    assert at("compaction_duration_seconds", **spans, operation="optimize") == 0.5
+    assert at("icegate_files_rewritten_total", operation="optimize") == 7
+    assert at("icegate_maintenance_operations_total", operation="optimize") == 3
+    assert at("icegate_operation_due_tables", operation="optimize") == 2
+    assert not [key for key in sample if key[0].startswith("icegate_operation_last_")]
+    per_table = {
+        t: sum(1 for _, labels in sample if ("table", t) in labels)
+        for t in ("lakehouse.logs", "lakehouse.spans")
+    }
+    # 22 gauges; optimize failing (logs) and its last duration (both).
+    assert per_table == {"lakehouse.logs": 24, "lakehouse.spans": 23}
+
+    dropped = _samples(render(replace(snapshot, tables=(failing,))).decode())
+    optimize = ("icegate_files_rewritten_total", (("operation", "optimize"),))
+    assert dropped[optimize] == sample[optimize] == 7
 
 
 def test_serve_refuses_bad_options_naming_them(
