@@ -29,6 +29,7 @@ from pyarrow import fs
 
 from icegate_dagster.assets.names import BATCH_JOB, iceberg_tables
 from icegate_dagster.assets.runs import batch_entries
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, load_config
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import LEDGER_PROPERTY, configured_wal_root, list_wal_files
@@ -36,7 +37,7 @@ from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.jars import JARS_DIR_ENV, iceberg_runtime_jar, jars_dir, s3_jars
 from tests.integration.test_wal_compaction import as_rows, wal_rows
-from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.lakehouse import SCHEMA, SPEC, Lakehouse, batch, make_lakehouse
 from tests.lease_holder import held_by_another_process
 from tests.ps_sampler import PsSampler
 from tests.surfaces.seaweedfs_server import (
@@ -369,11 +370,10 @@ def test_the_wal_sensor_sizes_every_table_with_one_listing_of_the_s3_root(
     s3wal.outputs.append(json.dumps(request.run_config) + json.dumps(request.tags))
 
 
-#: With tables on local disk, the WAL's S3 settings under ``wal.storage``: a SQL catalog on
-#: local disk carrying ``s3.*`` keys (for the WAL) had Spark's Iceberg 1.12 retry loading
-#: its tables' metadata for minutes (issue 39, open). The catalog's own S3 settings serve
-#: the WAL where the tables are in S3 too (``test_s3_lakehouse.py``).
-@pytest.fixture(params=[True], ids=["wal-storage"])
+#: The WAL's S3 settings in the catalog block (its tables on local disk, read by Spark
+#: through ResolvingFileIO; S3FileIO alone had Iceberg retry loading their metadata for
+#: minutes, issue 39) or under ``wal.storage``. One test uses it: both run.
+@pytest.fixture(params=[False, True], ids=["catalog-s3-settings", "wal-storage"])
 def s3wal_spark(
     request: pytest.FixtureRequest, seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
 ) -> Iterator[S3WalLakehouse]:
@@ -408,6 +408,42 @@ def test_compact_ingests_every_wal_row_from_s3_once_and_deletes_the_objects(
     assert table_rows(lh) == _rows_of(before) + expected
     assert s3wal_spark.waiting(TABLE) == []
     assert s3wal_spark.quarantined(TABLE) == []
+
+
+def test_the_catalogs_s3_keys_also_reach_a_table_whose_location_is_in_s3(
+    seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
+) -> None:
+    """A SQL catalog on local disk whose ``s3.*`` keys serve the S3 WAL may also hold a
+    table placed in S3 (created there by pyiceberg with those keys). Spark's catalog
+    reaches each table through the FileIO of its location: ``compact`` ingests that
+    table's WAL from S3 into its S3 folder, every row once, and deletes the WAL objects,
+    instead of Iceberg retrying the table's metadata for minutes through a FileIO that
+    has no S3."""
+    s3wal = s3_wal_lakehouse(
+        seaweedfs, tmp_path / "lh", own_storage=False, spark={"spark.jars": s3a_jars()}
+    )
+    key = "lakehouse.spans"
+    catalog = open_catalog(s3wal.config.catalog)  # with the s3.* keys
+    location = f"s3://{s3wal.bucket}/tables/spans"
+    table = catalog.create_table(
+        TableRef.parse(key).identifier, schema=SCHEMA, partition_spec=SPEC, location=location
+    )
+    table.append(batch(0, ("api",)))
+    before = Counter(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+    expected = s3wal.fill(key, files=MIN_WAL_FILES)
+
+    proc = s3wal.cli("compact", "--table", key)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert f"ingested {MIN_WAL_FILES} WAL files" in proc.stdout, proc.stdout
+    after = catalog.load_table(TableRef.parse(key).identifier)
+    assert after.location() == location
+    rows = Counter(tuple(r.values()) for r in after.scan().to_arrow().to_pylist())
+    assert _rows_of(rows) == _rows_of(before) + expected
+    written = s3wal.names(f"{s3wal.bucket}/tables/spans/data/service=web")
+    assert written, "the ingested rows were not written into the table's S3 folder"
+    assert s3wal.waiting(key) == []
+    s3wal.assert_no_secrets()
 
 
 def test_without_s3a_in_spark_the_ingest_fails_saying_so_and_quarantines_nothing(
