@@ -22,7 +22,7 @@ from pathlib import Path
 from icegate_dagster.catalog import catalog_kind
 from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
-from icegate_dagster.spark.s3_file_io import CLASSPATH_KEYS, S3_SCHEMES, s3_usage
+from icegate_dagster.spark.s3_file_io import CLASSPATH_KEYS, S3_SCHEMES, s3_keys, s3_usage
 
 #: Where ``scripts/setup.sh`` puts the pinned jars: beside the installed packages.
 SETUP_JARS_DIR = Path(sys.prefix) / "share" / "icegate" / "jars"
@@ -133,9 +133,15 @@ def s3_jars_available() -> bool:
 
 
 def uses_s3(config: IcegateConfig) -> bool:
-    """Whether the lakehouse keeps files in S3: the catalog's (:func:`s3_usage`) or the WAL."""
+    """Whether the lakehouse may keep files in S3: the catalog's (an ``s3://`` warehouse,
+    ``S3FileIO``, or ``s3.*`` keys, which may serve a table placed in S3 beside a warehouse
+    on local disk) or the WAL."""
     wal_root = (config.wal_root or "").lower()
-    return s3_usage(config.catalog) is not None or wal_root.startswith(S3_SCHEMES)
+    return (
+        s3_usage(config.catalog) is not None
+        or bool(s3_keys(config.catalog))
+        or wal_root.startswith(S3_SCHEMES)
+    )
 
 
 def names_artifact(conf: Mapping[str, str], artifact: str) -> bool:

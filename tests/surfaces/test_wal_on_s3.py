@@ -14,11 +14,13 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dagster as dg
 import pyarrow as pa
@@ -29,6 +31,7 @@ from pyarrow import fs
 
 from icegate_dagster.assets.names import BATCH_JOB, iceberg_tables
 from icegate_dagster.assets.runs import batch_entries
+from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import IcegateConfig, load_config
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.wal import LEDGER_PROPERTY, configured_wal_root, list_wal_files
@@ -36,7 +39,7 @@ from icegate_dagster.resources import LakehouseResource
 from icegate_dagster.sensors.wal_sensor import wal_size_sensor
 from icegate_dagster.spark.jars import JARS_DIR_ENV, iceberg_runtime_jar, jars_dir, s3_jars
 from tests.integration.test_wal_compaction import as_rows, wal_rows
-from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.lakehouse import SCHEMA, SPEC, Lakehouse, batch, make_lakehouse
 from tests.lease_holder import held_by_another_process
 from tests.ps_sampler import PsSampler
 from tests.surfaces.seaweedfs_server import (
@@ -369,11 +372,10 @@ def test_the_wal_sensor_sizes_every_table_with_one_listing_of_the_s3_root(
     s3wal.outputs.append(json.dumps(request.run_config) + json.dumps(request.tags))
 
 
-#: With tables on local disk, the WAL's S3 settings under ``wal.storage``: a SQL catalog on
-#: local disk carrying ``s3.*`` keys (for the WAL) had Spark's Iceberg 1.12 retry loading
-#: its tables' metadata for minutes (issue 39, open). The catalog's own S3 settings serve
-#: the WAL where the tables are in S3 too (``test_s3_lakehouse.py``).
-@pytest.fixture(params=[True], ids=["wal-storage"])
+#: The WAL's S3 settings in the catalog block (its tables on local disk, read by Spark
+#: through ResolvingFileIO; S3FileIO alone had Iceberg retry loading their metadata for
+#: minutes, issue 39) or under ``wal.storage``. One test uses it: both run.
+@pytest.fixture(params=[False, True], ids=["catalog-s3-settings", "wal-storage"])
 def s3wal_spark(
     request: pytest.FixtureRequest, seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
 ) -> Iterator[S3WalLakehouse]:
@@ -408,6 +410,85 @@ def test_compact_ingests_every_wal_row_from_s3_once_and_deletes_the_objects(
     assert table_rows(lh) == _rows_of(before) + expected
     assert s3wal_spark.waiting(TABLE) == []
     assert s3wal_spark.quarantined(TABLE) == []
+
+
+def _stored(s3wal: S3WalLakehouse, path: str) -> bool:
+    """Whether a table's file (on local disk or in S3) is still there."""
+    where = urlsplit(path)
+    if where.scheme == "s3":
+        info = s3wal.client.get_file_info(f"{where.netloc}{where.path}")
+        return bool(info.type != fs.FileType.NotFound)
+    return Path(where.path).exists()
+
+
+#: Every small file worth compacting, every snapshot but the current one expirable.
+_FULL_PASS = {
+    "optimize": {"min_input_files": 2},
+    "expire_snapshots": {"retention_threshold": "1s", "retain_last": 1},
+}
+
+
+def test_a_cold_run_maintains_tables_on_local_disk_and_in_s3_with_the_catalogs_keys(
+    seaweedfs: SeaweedServer, tmp_path: Path, keys_in_env: None
+) -> None:
+    """A SQL catalog on local disk whose ``s3.*`` keys serve the S3 WAL may also hold a
+    table placed in S3 (created there by pyiceberg with those keys). One cold ``run``
+    (its own process and JVM) maintains both: Spark's catalog opens each table's files
+    with the FileIO of their scheme, so each table's WAL is ingested from S3 once, its
+    files compacted and its expired snapshots' files deleted (from disk, from S3), instead
+    of Iceberg retrying the S3 table's metadata for minutes through a FileIO with no S3."""
+    s3wal = s3_wal_lakehouse(
+        seaweedfs,
+        tmp_path / "lh",
+        own_storage=False,
+        spark={"spark.jars": s3a_jars()},
+        maintain=_FULL_PASS,
+    )
+    spans = "lakehouse.spans"
+    catalog = open_catalog(s3wal.config.catalog)  # with the s3.* keys
+    location = f"s3://{s3wal.bucket}/tables/spans"
+    table = catalog.create_table(
+        TableRef.parse(spans).identifier, schema=SCHEMA, partition_spec=SPEC, location=location
+    )
+    for i in range(3):
+        table.append(batch(i * 1000, ("api",)))
+    s3wal.lh.table(TABLE).append(batch(5000, ("api", "web")))  # two commits on disk too
+    expected: dict[str, Counter[tuple[Any, ...]]] = {}
+    old_files: dict[str, set[str]] = {}
+    for key in (TABLE, spans):
+        now = catalog.load_table(TableRef.parse(key).identifier)
+        old_files[key] = set(now.inspect.files()["file_path"].to_pylist())
+        rows = Counter(tuple(r.values()) for r in now.scan().to_arrow().to_pylist())
+        expected[key] = _rows_of(rows) + s3wal.fill(key, files=MIN_WAL_FILES)
+    assert all(path.startswith(f"{location}/") for path in old_files[spans])
+    assert all(path.startswith("file:") for path in old_files[TABLE])
+    time.sleep(1.2)  # past the expiry threshold
+
+    proc = s3wal.cli("run", "--json")
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    reports = {report["table"]: report for report in json.loads(proc.stdout)["tables"]}
+    for key in (TABLE, spans):
+        ops = {op["operation"]: op for op in reports[key]["ops"]}
+        for operation in ("wal_compaction", "optimize", "expire_snapshots"):
+            assert ops[operation]["status"] == "completed", (key, ops[operation])
+        assert f"ingested {MIN_WAL_FILES} WAL files" in ops["wal_compaction"]["details"]
+        after = catalog.load_table(TableRef.parse(key).identifier)
+        assert after.location().startswith(location if key == spans else "file:")
+        rows = Counter(tuple(r.values()) for r in after.scan().to_arrow().to_pylist())
+        assert _rows_of(rows) == expected[key], key
+        assert s3wal.waiting(key) == []
+        files = set(after.inspect.files()["file_path"].to_pylist())
+        assert files and not files & old_files[key], key  # every file rewritten
+        folder = urlsplit(after.location())  # Hadoop writes file:/..., pyiceberg file:///...
+        assert all(
+            (where.scheme, where.netloc) == (folder.scheme, folder.netloc)
+            and where.path.startswith(folder.path + "/")
+            for where in map(urlsplit, files)
+        ), (key, files)
+        kept = [path for path in old_files[key] if _stored(s3wal, path)]
+        assert kept == [], key  # deleted with the snapshots that expired
+    s3wal.assert_no_secrets()
 
 
 def test_without_s3a_in_spark_the_ingest_fails_saying_so_and_quarantines_nothing(

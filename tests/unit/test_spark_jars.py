@@ -265,12 +265,14 @@ def test_a_missing_or_ambiguous_runtime_is_refused_before_the_jvm(
     assert _conf(tmp_path, LOCAL, {})["spark.jars"].split(",")[0] == str(two / pinned)
 
 
-def test_s3_keys_beside_a_warehouse_on_local_disk_leave_the_tables_on_hadoop_file_io(
+def test_s3_keys_beside_a_warehouse_elsewhere_give_each_path_the_file_io_of_its_scheme(
     tmp_path: Path,
 ) -> None:
-    """A SQL catalog on local disk whose ``s3.*`` keys serve an ``s3://`` WAL: its tables
-    keep Iceberg's default FileIO (S3FileIO would be handed file paths), while the WAL's
-    bucket gets S3A settings and the S3 jars join the class path."""
+    """A SQL catalog on local disk (or another store) whose ``s3.*`` keys serve an ``s3://``
+    WAL or a table placed in S3: Spark's catalog gets Iceberg's ResolvingFileIO (Hadoop's
+    file systems for ``file:`` paths, S3FileIO with the keys for ``s3://``), never S3FileIO
+    alone, which would be handed file paths; the WAL's bucket gets S3A settings and the S3
+    jars join the class path."""
     raw = {
         "catalog": {
             "name": "c",
@@ -281,9 +283,25 @@ def test_s3_keys_beside_a_warehouse_on_local_disk_leave_the_tables_on_hadoop_fil
         "wal": {"root": "s3://wal/root"},
     }
     conf = build_spark_conf(config_from_dict(raw, tmp_path))
-    assert "spark.sql.catalog.c.io-impl" not in conf
+    assert conf["spark.sql.catalog.c.io-impl"] == "org.apache.iceberg.io.ResolvingFileIO"
+    # What S3FileIO needs for a table in S3 comes along, as for a catalog in S3.
+    assert conf["spark.sql.catalog.c.client.region"] == "us-east-1"
+    assert conf["spark.sql.catalog.c.s3.path-style-access"] == "true"
     assert conf["spark.hadoop.fs.s3a.bucket.wal.endpoint"] == "http://127.0.0.1:9"
+    assert "iceberg-aws-bundle" in conf["spark.jars"]
+    # A warehouse in another store, and a relative one (made a file: URI at load), alike.
+    for warehouse in ("hdfs://namenode/wh", "wh"):
+        raw["catalog"]["warehouse"] = warehouse
+        other = build_spark_conf(config_from_dict(raw, tmp_path))
+        assert other["spark.sql.catalog.c.io-impl"] == "org.apache.iceberg.io.ResolvingFileIO"
+    # No WAL in S3: the keys may still serve a table in S3, so the S3 jars still come.
+    del raw["wal"]
+    assert "iceberg-aws-bundle" in build_spark_conf(config_from_dict(raw, tmp_path))["spark.jars"]
     # The same keys with the warehouse in S3: the tables are read through S3FileIO.
     raw["catalog"]["warehouse"] = "s3://tables/wh"
     in_s3 = build_spark_conf(config_from_dict(raw, tmp_path))
     assert in_s3["spark.sql.catalog.c.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    # An io-impl of the user's own wins.
+    raw["catalog"].update({"warehouse": f"file://{tmp_path}/wh", "io-impl": "x.MyFileIO"})
+    own = build_spark_conf(config_from_dict(raw, tmp_path))
+    assert own["spark.sql.catalog.c.io-impl"] == "x.MyFileIO"
