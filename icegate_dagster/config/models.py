@@ -131,6 +131,10 @@ def namespace_key(table: str) -> str:
     return table.rpartition(".")[0] + NAMESPACE_WILDCARD
 
 
+#: Catalog types whose server keeps the tables' locations (they find it without a ``uri``).
+SERVER_CATALOG_TYPES = ("rest", "glue", "hive")
+
+
 def _resolve_location(value: str, base_dir: Path) -> str:
     """Make a path-like location absolute against the config file's folder.
 
@@ -729,15 +733,17 @@ class CatalogSettings(_Settings):
     @field_validator("properties")
     @classmethod
     def _absolute_locations(cls, value: Mapping[str, str], info: ValidationInfo) -> dict[str, str]:
-        return {k: _resolved(v, info) if k in ("uri", "warehouse") else v for k, v in value.items()}
+        # A server's catalog (REST, Glue, Hive) takes its warehouse by name or as the
+        # server's URI: only a catalog this process opens itself has a folder for it.
+        served = value.get("type") in SERVER_CATALOG_TYPES
+        paths = ("uri",) if served else ("uri", "warehouse")
+        return {k: _resolved(v, info) if k in paths else v for k, v in value.items()}
 
     @model_validator(mode="after")
     def _uri_required(self) -> CatalogSettings:
         # These catalog types find their server without a uri (or need none).
         if "uri" not in self.properties and self.properties.get("type") not in (
-            "rest",
-            "glue",
-            "hive",
+            *SERVER_CATALOG_TYPES,
             "in-memory",
         ):
             raise PydanticCustomError(

@@ -96,6 +96,15 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
     assert config.catalog.properties["warehouse"] == (tmp_path / "conf" / "wh").as_uri()
 
 
+@pytest.mark.parametrize("kind", ["rest", "glue", "hive"])
+def test_a_server_catalogs_warehouse_is_a_name_not_a_path(tmp_path: Path, kind: str) -> None:
+    """A REST server (Polaris, Lakekeeper, ...) takes its warehouse by name: never a local path."""
+    path = tmp_path / "icegate.yaml"
+    block = {"type": kind, "uri": "http://127.0.0.1:8181", "warehouse": "lake"}
+    path.write_text(yaml.safe_dump({"catalog": block}))
+    assert load_config(path).catalog.properties["warehouse"] == "lake"
+
+
 def test_config_file_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(CONFIG_ENV_VAR, raising=False)
