@@ -28,6 +28,7 @@ import pytest
 import yaml
 from sqlalchemy import update
 
+from icegate_dagster.config import load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.leases.holder import TableLeasing
@@ -55,6 +56,7 @@ def remote_lakehouse(
     # A credential beside a warehouse on local disk: passed to the catalog, unused.
     raw["catalog"]["s3.secret-access-key"] = secret
     lh.config_path.write_text(yaml.safe_dump(raw))
+    lh.config = load_config(lh.config_path)
     return lh
 
 
@@ -308,24 +310,22 @@ def test_a_lost_lease_interrupts_the_tables_work_on_the_server_and_nothing_commi
         stop_spark()
 
 
-def test_a_catalog_the_server_cannot_load_is_refused_at_connect_naming_what_is_missing(
+def test_a_catalog_the_server_cannot_load_is_refused_at_connect_naming_it_and_why(
     tmp_path: Path, spark_connect: ConnectServer
 ) -> None:
-    """What the server must have is checked at connect time: a PostgreSQL catalog needs
-    the JDBC driver on the server's class path, which this server lacks."""
+    """Whether the run's catalog loads on the server is checked at connect time, before
+    any table is touched: here its database does not answer."""
     lh = remote_lakehouse(tmp_path / "lakehouse", spark_connect, "unused")
     raw = yaml.safe_load(lh.config_path.read_text())
     raw["catalog"]["uri"] = "postgresql+psycopg2://nobody@127.0.0.1:1/none"
     lh.config_path.write_text(yaml.safe_dump(raw))
-    from icegate_dagster.config import load_config
-
     config = load_config(lh.config_path)
     try:
         with pytest.raises(SparkStartError) as raised:
             get_spark(config)
         message = str(raised.value)
         assert spark_connect.url in message and repr(config.catalog.name) in message
-        assert "the catalog's JDBC driver is not on its class path" in message, message
+        assert "Failed to connect: jdbc:postgresql://127.0.0.1:1/none" in message, message
         assert "docs/how-to/deploy.md#spark-as-a-service" in message
     finally:
         stop_spark()
