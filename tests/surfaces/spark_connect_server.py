@@ -56,12 +56,14 @@ def _listening(port: int) -> bool:
     return False
 
 
-def server_command(port: int) -> list[str]:
-    """``spark-submit`` starting the Connect server with what a run needs on the server."""
-    jars = [connect_server_jar(), iceberg_runtime_jar(), SQLITE_JDBC_JAR]
-    conf = {
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+def server_command(port: int, *, iceberg: bool = True) -> list[str]:
+    """``spark-submit`` starting the Connect server with what a run needs on the server
+    (``iceberg=False``: a bare Spark, without Iceberg's runtime and extensions)."""
+    jars = [connect_server_jar(), *((iceberg_runtime_jar(), SQLITE_JDBC_JAR) if iceberg else ())]
+    conf = {"spark.connect.grpc.binding.port": str(port)}
+    if iceberg:
+        conf["spark.sql.extensions"] = ICEBERG_EXTENSIONS
+    conf |= {
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "false",
         # Maintenance shuffles are small: Spark's 200 would mostly schedule empty tasks.
@@ -76,9 +78,11 @@ def server_command(port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def spark_connect_server(root: Path, timeout: float = 180) -> Iterator[ConnectServer]:
+def spark_connect_server(
+    root: Path, timeout: float = 180, *, iceberg: bool = True
+) -> Iterator[ConnectServer]:
     """Start the server under ``root`` (its log, its scratch space); stop it (and its JVM)
-    on exit, also when the block fails."""
+    on exit, also when the block fails. ``iceberg=False``: see :func:`server_command`."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = root / "spark-connect.log"
@@ -91,7 +95,7 @@ def spark_connect_server(root: Path, timeout: float = 180) -> Iterator[ConnectSe
     env.pop("SPARK_REMOTE", None)
     process = ServerProcess(
         "the Spark Connect server",
-        server_command(port),
+        server_command(port, iceberg=iceberg),
         log_path,
         env=env,
         own_group=True,

@@ -34,12 +34,18 @@ from icegate_dagster.maintenance import Maintainer
 from icegate_dagster.maintenance.leases.holder import TableLeasing
 from icegate_dagster.maintenance.leases.store import LeaseLostError, check_lease
 from icegate_dagster.maintenance.ops.procedures import call_procedure
-from icegate_dagster.spark.remote import is_remote
+from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS
+from icegate_dagster.spark.remote import (
+    check_catalog,
+    is_remote,
+    session_settings,
+    set_session_settings,
+)
 from icegate_dagster.spark.session import get_spark, stop_spark
 from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse
 from tests.lakehouse import Lakehouse, make_lakehouse
 from tests.servers import process_tree
-from tests.surfaces.spark_connect_server import ConnectServer, TreeWatch
+from tests.surfaces.spark_connect_server import ConnectServer, TreeWatch, spark_connect_server
 
 TABLES = ("lakehouse.logs", "lakehouse.orders")
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,3 +335,35 @@ def test_a_catalog_the_server_cannot_load_is_refused_at_connect_naming_it_and_wh
         assert "docs/how-to/deploy.md#spark-as-a-service" in message
     finally:
         stop_spark()
+
+
+def test_a_server_without_iceberg_is_refused_at_connect_naming_what_to_set_there(
+    tmp_path: Path,
+) -> None:
+    """A bare Spark Connect server (no Iceberg runtime, no extensions): connecting says
+    which setting the server lacks and how to give it; its catalog check names the
+    runtime. One more small server, for this test only."""
+    with spark_connect_server(tmp_path / "bare", iceberg=False) as bare:
+        lh = remote_lakehouse(tmp_path / "lakehouse", bare, "unused")
+        try:
+            with pytest.raises(SparkStartError) as raised:
+                get_spark(lh.config)
+            message = str(raised.value)
+            assert f"the Spark Connect server at {bare.url!r} runs without Iceberg's SQL " in (
+                message
+            )
+            assert f"--conf spark.sql.extensions={ICEBERG_EXTENSIONS}" in message
+            # Past that check, the catalog's own: the runtime is missing.
+            from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+            session = RemoteSession.builder.remote(bare.url).create()
+            try:
+                set_session_settings(session, session_settings(lh.config, {}))
+                with pytest.raises(SparkStartError) as missing:
+                    check_catalog(session, lh.config.catalog.name, bare.url)
+                assert "the Iceberg Spark runtime is not on its class path" in str(missing.value)
+                assert "iceberg-spark-runtime-3.5_2.12:1.12.0" in str(missing.value)
+            finally:
+                session.stop()
+        finally:
+            stop_spark()
