@@ -28,6 +28,7 @@ import pytest
 import yaml
 from sqlalchemy import update
 
+from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.config import load_config
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.maintenance import Maintainer
@@ -43,7 +44,16 @@ from icegate_dagster.spark.remote import (
 )
 from icegate_dagster.spark.session import get_spark, stop_spark
 from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse
-from tests.lakehouse import Lakehouse, make_lakehouse
+from tests.integration.test_shared_locations import (
+    EVENTS,
+    INNER,
+    MONTH,
+    _back_date,
+    _op,
+    _pyarrow_file,
+    _referenced,
+)
+from tests.lakehouse import SCHEMA, SPEC, Lakehouse, batch, make_lakehouse
 from tests.servers import process_tree
 from tests.surfaces.spark_connect_server import ConnectServer, TreeWatch, spark_connect_server
 
@@ -367,3 +377,63 @@ def test_a_server_without_iceberg_is_refused_at_connect_naming_what_to_set_there
                 session.stop()
         finally:
             stop_spark()
+
+
+def test_tables_sharing_a_folder_keep_each_others_files_when_expiry_and_orphans_run_on_connect(
+    spark_connect: ConnectServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Expiry of a table whose folder holds another table's (so Iceberg's own cleanup may
+    not delete) commits through pyiceberg and deletes through the table's pyiceberg FileIO,
+    consulting the inner table; orphan removal keeps what the other table reads."""
+    lh = remote_lakehouse(
+        tmp_path / "lakehouse",
+        spark_connect,
+        "unused",
+        expire_snapshots={"retention_threshold": "1s", "retain_last": 1},
+        remove_orphan_files={"retention_threshold": "24h"},
+    )
+    events = lh.add_table(EVENTS, appends=3)
+    inner = lh.catalog.create_table(
+        ("lakehouse", "inner"),
+        schema=SCHEMA,
+        partition_spec=SPEC,
+        location=f"{events.location()}/inner",
+    )
+    inner.append(batch(10_000, ("web",)))
+    shared = _pyarrow_file(lh.data_dir(EVENTS) / "service=api", "shared.parquet", 20_000)
+    events.add_files([f"file://{shared}"])
+    lh.table(INNER).add_files([f"file://{shared}"])
+    lh.table(EVENTS).overwrite(batch(30_000, ("api", "web")))  # events no longer reads it
+    time.sleep(1.1)
+    rows = {key: lh.rows_without_spark(key) for key in (EVENTS, INNER)}
+    snapshots = len(lh.table(EVENTS).metadata.snapshots)
+    before = _referenced(lh, EVENTS, INNER)
+    config = ["--config", str(lh.config_path), "--json"]
+    try:
+        assert run_cli(["expire", "--table", EVENTS, *config]) == 0
+        expired = _op(json.loads(capsys.readouterr().out), EVENTS, "expire_snapshots")
+        assert expired["status"] == "completed", expired
+        assert expired["output"]["execution"] == "client"  # no Java table API here
+        assert expired["output"]["tables_consulted"] == [INNER]
+        assert len(lh.table(EVENTS).metadata.snapshots) < snapshots
+        after = _referenced(lh, EVENTS, INNER)
+        assert [p for p in after if not p.exists()] == []
+        gone = before - after
+        assert any(p.suffix == ".parquet" for p in gone)  # events' overwritten files...
+        assert not [p for p in gone if p.exists() and not p.name.endswith(".metadata.json")]
+        assert shared.exists()  # ...but not the one the inner table reads
+
+        _back_date(lh, EVENTS)
+        _back_date(lh, INNER)
+        orphan = lh.plant_file(EVENTS, "failed-write.parquet", MONTH)
+        assert run_cli(["orphans", "--table", EVENTS, *config]) == 0
+        removed = _op(json.loads(capsys.readouterr().out), EVENTS, "remove_orphan_files")
+        assert removed["status"] == "completed", removed
+        assert removed["output"]["tables_consulted"] == [INNER]
+        assert [Path(p).name for p in removed["output"]["orphan_files"]] == [orphan.name]
+        assert not orphan.exists() and shared.exists()
+        assert [p for p in _referenced(lh, EVENTS, INNER) if not p.exists()] == []
+        for key, expected in rows.items():
+            assert lh.rows_without_spark(key) == expected, key
+    finally:
+        stop_spark()

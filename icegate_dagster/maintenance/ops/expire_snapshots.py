@@ -617,7 +617,8 @@ class ExpireSnapshots(Operation):
             "snapshots_expired": len(expired),
             "commit_retries": called.retries,
             "procedure_s": round(called.seconds, 3),
-            "execution": "driver",
+            # On Spark Connect: committed and deleted by this process (pyiceberg).
+            "execution": "client" if on_connect else "driver",
             "files_deleted": rule.delete_files,
             "tables_consulted": [],
         }
