@@ -83,10 +83,12 @@ def set_session_settings(spark: SparkSession, settings: Mapping[str, str]) -> No
             try:
                 spark.conf.set(name, value)
             except Exception as exc:
+                # Spark's reason may quote the value, which may be a secret.
+                why = _first_line(exc).replace(value, "***") if value else _first_line(exc)
                 raise SparkStartError(
-                    f"spark.conf {key} cannot be set by a Spark Connect client "
-                    f"({_first_line(exc)}): Spark reads it when the server starts; set it on "
-                    f"the server instead (see {GUIDE})"
+                    f"spark.conf {key} cannot be set by a Spark Connect client ({why}): "
+                    "Spark may read it only when the server starts; set it on the server "
+                    f"instead (see {GUIDE})"
                 ) from None
 
 
@@ -97,7 +99,8 @@ def _first_line(exc: BaseException) -> str:
 
 def connect(config: IcegateConfig, extra: Mapping[str, str] | None = None) -> SparkSession:
     """A new session on the Spark Connect server of ``spark.remote``, with the run's
-    settings, once the server is found to have what a run needs (:func:`check_server`)."""
+    settings, once the server is found to have what a run needs (:func:`check_extensions`,
+    :func:`check_catalog`)."""
     url = config.spark.remote
     if url is None:
         raise SparkStartError("spark.remote is not set: no Spark Connect server to connect to")
