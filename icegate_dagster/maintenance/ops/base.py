@@ -98,11 +98,6 @@ class OpContext:
         Spark Connect, whose callers take their Connect equivalent instead."""
         from icegate_dagster.maintenance.iceberg_java import java_table
 
-        if self.on_connect:
-            raise OperationError(
-                f"{self.ref.key}: Iceberg's Java table API is out of reach on Spark Connect "
-                "(spark.remote): this step has no Connect equivalent yet"
-            )
         identifier = self.ref.spark_identifier(self.catalog_name)
         return java_table(self.spark(), identifier, self.catalog_name)
 
