@@ -38,7 +38,7 @@ want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages into .venv (first run takes a minute)"
   # (this machine kind's pip.conf names local indexes that may be absent: hide that noise)
-  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,postgres,mysql]" \
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,postgres,mysql,connect]" \
     2> >(grep -v "is neither a file nor a directory" >&2)
   rm -f .venv/share/icegate/spark-driver-classes.jsa  # made from the packages just replaced
   echo "$want" > "$stamp"

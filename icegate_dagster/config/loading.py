@@ -33,6 +33,9 @@ from icegate_dagster.config.secrets import is_secret_key
 from icegate_dagster.errors import ConfigError
 
 CONFIG_ENV_VAR = "ICEGATE_CONFIG"
+
+#: The environment variable PySpark reads a Spark Connect URL from: ``spark.remote``'s default.
+SPARK_REMOTE_ENV = "SPARK_REMOTE"
 DEFAULT_CONFIG_FILE = "icegate.yaml"
 EMBEDDED_DIR = ".icegate"
 
@@ -192,6 +195,7 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
         top["catalog"] = default["catalog"]
         top.setdefault("wal", default["wal"])
     fields, file_keys = _fields_from_file(top, embedded)
+    _remote_from_environment(fields, file_keys)
     fields["source"] = source
     fields["locks_fallback_uri"] = f"sqlite:///{(base_dir / EMBEDDED_DIR / 'locks.db').resolve()}"
     fields["secrets"] = tuple(
@@ -201,6 +205,21 @@ def config_from_dict(raw: object, base_dir: Path, source: str = "<dict>") -> Ice
         return IcegateConfig.model_validate(fields, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise _config_error(exc, file_keys) from None
+
+
+def _remote_from_environment(
+    fields: dict[str, Any], file_keys: dict[tuple[str | int, ...], str]
+) -> None:
+    """``$SPARK_REMOTE`` (as PySpark reads it) is ``spark.remote`` when the file sets none;
+    an error then names the variable."""
+    remote = os.environ.get(SPARK_REMOTE_ENV, "").strip()
+    spark = fields.get("spark")
+    if not remote or not (spark is None or isinstance(spark, Mapping)):
+        return
+    if spark is not None and spark.get("remote") is not None:
+        return  # the file's own wins
+    fields["spark"] = {**(spark or {}), "remote": remote}
+    file_keys[("spark", "remote")] = f"spark.remote (from ${SPARK_REMOTE_ENV})"
 
 
 def embedded_default_dict(root: Path) -> dict[str, Any]:

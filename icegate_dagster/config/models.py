@@ -752,6 +752,29 @@ class CatalogSettings(_Settings):
         return self
 
 
+#: A Spark Connect URL: ``sc://host[:port][/;key=value;...]`` (Spark's own grammar).
+_CONNECT_URL = re.compile(
+    r"sc://(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s/:;\[\]]+)(?::(?P<port>[^/;]*))?"
+    r"(?:/(?P<params>(?:;[^;=\s]+=[^;\s]*)*))?"
+)
+
+
+def connect_url_problem(value: str) -> str | None:
+    """Why ``value`` is no Spark Connect URL (``sc://host:port``), or None when it is one."""
+    match = _CONNECT_URL.fullmatch(value.strip())
+    if not value.strip().startswith("sc://"):
+        return "must be a Spark Connect URL starting with sc:// (such as sc://spark-host:15002)"
+    if match is None:
+        return (
+            "is no Spark Connect URL: write sc://host:port, optionally followed by "
+            "/;key=value parameters (such as /;use_ssl=true)"
+        )
+    port = match.group("port")
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        return f"port {port!r} is no TCP port (1-65535)"
+    return None
+
+
 class SparkSettings(_Settings):
     """The ``spark:`` block."""
 
@@ -766,10 +789,33 @@ class SparkSettings(_Settings):
         "[Spark settings](configuration.md#spark-settings))",
     )
 
+    remote: str | None = Field(
+        default=None,
+        description="a Spark Connect server's URL, `sc://host:port` (optionally "
+        "`/;use_ssl=true;token=...`): every run and pass is then a thin client of that "
+        "server, with no JVM of its own (`master`, jars and JVM options are the server's "
+        "business). Unset: the `SPARK_REMOTE` environment variable when set, else a Spark "
+        "of the run's own. See [Spark as a service](../how-to/deploy.md#spark-as-a-service)",
+    )
+
     @classmethod
     def _allowed_keys(cls) -> list[str]:
         # Listed sorted, like the other sections of the file's layout.
         return sorted(cls.model_fields)
+
+    @field_validator("remote", mode="before")
+    @classmethod
+    def _connect_url(cls, value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be a Spark Connect URL such as sc://spark-host:15002")
+        problem = connect_url_problem(value)
+        if problem is not None:
+            # Its parameters may hold a token: the message shows their names only.
+            shown = re.sub(r"(;[^;=]+=)[^;]*", r"\1***", value)
+            raise PydanticCustomError("connect_url", "{error}", {"error": problem, "value": shown})
+        return value
 
     @field_validator("master", mode="before")
     @classmethod

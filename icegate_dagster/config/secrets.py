@@ -200,6 +200,8 @@ def config_secrets(config: IcegateConfig) -> tuple[str, ...]:
         values += secret_value_parts(value) if is_secret_key(key) else secret_parts(value)
     if config.locks.uri:
         values += [*secret_parts(config.locks.uri), *_url_password(config.locks.uri)]
+    if config.spark.remote:
+        values += secret_parts(config.spark.remote)  # sc://host:port/;token=...
     return ordered(values)
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.errors import OperationError
+from icegate_dagster.spark.remote import is_remote
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -24,8 +27,15 @@ def java_table(spark: SparkSession, identifier: str, catalog: str | None = None)
 
     ``catalog`` (the Spark catalog name) is initialised first, so that a catalog that
     cannot start fails with its own error (a FileIO class not found, say) rather than
-    having its name misread as a namespace of ``spark_catalog``.
+    having its name misread as a namespace of ``spark_catalog``. Refused on Spark Connect,
+    where the driver is a server's: callers take their Connect equivalent there.
     """
+    if is_remote(spark):
+        raise OperationError(
+            f"{identifier}: Iceberg's Java table API is out of reach on Spark Connect "
+            "(spark.remote): this step has no Connect equivalent yet; run it with a local "
+            "Spark (spark.remote unset)"
+        )
     jvm: Any = spark._jvm
     session: Any = spark._jsparkSession
     # Outside spark.sql() the JVM reads settings from the calling thread's active session;

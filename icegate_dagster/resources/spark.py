@@ -19,7 +19,7 @@ from icegate_dagster.spark.secret_settings import (
     private_launch_settings,
     split_secret_conf,
 )
-from icegate_dagster.spark.session import quiet_logs
+from icegate_dagster.spark.session import get_spark, quiet_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,7 +41,11 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     _small_work: bool = PrivateAttr(default=False)
 
     def session(self, config: IcegateConfig) -> SparkSession:
-        """The Spark session for ``config``'s catalog (no JVM starts before this call)."""
+        """The Spark session for ``config``'s catalog (no JVM starts before this call);
+        with ``spark.remote``, the run's session on that Spark Connect server (no JVM here,
+        ``spark_conf`` set on it as session settings)."""
+        if config.spark.remote is not None:
+            return get_spark(config, extra_conf=self.spark_conf)
         with _STARTING:  # one start at a time: a background start and a step's call
             # Read under the lock: a background start may be choosing the JIT right now.
             conf = {**build_spark_conf(config, small_work=self._small_work), **self.spark_conf}

@@ -32,6 +32,11 @@ RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
 AWS_BUNDLE_ARTIFACT = "iceberg-aws-bundle"
 #: Spark's own S3 file system (S3A) and the AWS SDK it is built against.
 S3A_ARTIFACTS = ("hadoop-aws", "aws-java-sdk-bundle")
+#: Spark Connect's server (a plugin of PySpark's Spark): only a Spark server loads it.
+CONNECT_SERVER_ARTIFACT = "spark-connect_2.12"
+#: ``jars.lock``'s third column: a jar a run's own Spark may load (the default), or one only
+#: a Spark server loads (never on a run's class path).
+DRIVER_ROLE, SERVER_ROLE = "driver", "server"
 #: The Iceberg version in a runtime jar's file name or Maven coordinates.
 _RUNTIME_VERSION = re.compile(
     r"iceberg-spark-runtime-[0-9.]+_[0-9.]+[-:]([0-9][^,:/\s]*?)(?:\.jar)?(?=,|\s|$)"
@@ -48,6 +53,8 @@ class PinnedJar:
     artifact: str
     version: str
     sha256: str
+    #: :data:`DRIVER_ROLE` or :data:`SERVER_ROLE` (the lock's optional third column).
+    role: str = DRIVER_ROLE
 
     @property
     def coordinates(self) -> str:
@@ -65,15 +72,41 @@ def pinned_jars() -> list[PinnedJar]:
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        coordinates, sha256 = line.split()[:2]
+        coordinates, sha256, *rest = line.split()
+        role = rest[0] if rest else DRIVER_ROLE
+        if role not in (DRIVER_ROLE, SERVER_ROLE):
+            raise SparkStartError(
+                f"jars.lock: {coordinates} has role {role!r}: "
+                f"must be {DRIVER_ROLE} or {SERVER_ROLE}"
+            )
         group, artifact, version = coordinates.split(":")
-        pins.append(PinnedJar(group, artifact, version, sha256))
+        pins.append(PinnedJar(group, artifact, version, sha256, role))
     return pins
 
 
 def _pin(artifact: str) -> PinnedJar:
     [pin] = [p for p in pinned_jars() if p.artifact == artifact]
     return pin
+
+
+def _driver_jar(artifact: str) -> Path | None:
+    """:func:`_find_jar` for a jar a run's own Spark may load (never a server's)."""
+    if _pin(artifact).role != DRIVER_ROLE:
+        raise SparkStartError(f"{artifact} is a Spark server's jar: no run loads it")
+    return _find_jar(artifact)
+
+
+def connect_server_jar() -> Path:
+    """Spark Connect's server jar in :func:`jars_dir` (for a server started beside runs: the
+    tests', docs/how-to/deploy.md); a clear error when set-up has not fetched it."""
+    jar = _find_jar(CONNECT_SERVER_ARTIFACT)
+    if jar is None:
+        pin = _pin(CONNECT_SERVER_ARTIFACT)
+        raise SparkStartError(
+            f"no {CONNECT_SERVER_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh (it "
+            f"fetches {pin.coordinates} from Maven Central)"
+        )
+    return jar
 
 
 def jars_dir() -> Path:
@@ -99,7 +132,7 @@ def _find_jar(artifact: str) -> Path | None:
 
 def iceberg_runtime_jar() -> Path:
     """The Iceberg Spark runtime jar in :func:`jars_dir`; a clear error when it is missing."""
-    jar = _find_jar(RUNTIME_ARTIFACT)
+    jar = _driver_jar(RUNTIME_ARTIFACT)
     if jar is None:
         pin = _pin(RUNTIME_ARTIFACT)
         raise SparkStartError(
@@ -113,7 +146,7 @@ def iceberg_runtime_jar() -> Path:
 
 def aws_bundle_jar() -> Path | None:
     """Iceberg's AWS bundle in :func:`jars_dir` (``S3FileIO`` with its AWS SDK), or None."""
-    return _find_jar(AWS_BUNDLE_ARTIFACT)
+    return _driver_jar(AWS_BUNDLE_ARTIFACT)
 
 
 def s3_jars() -> list[Path]:
@@ -123,7 +156,7 @@ def s3_jars() -> list[Path]:
 
 
 def _s3_jars_by_artifact() -> dict[str, Path]:
-    found = {a: _find_jar(a) for a in (AWS_BUNDLE_ARTIFACT, *S3A_ARTIFACTS)}
+    found = {a: _driver_jar(a) for a in (AWS_BUNDLE_ARTIFACT, *S3A_ARTIFACTS)}
     return {a: jar for a, jar in found.items() if jar is not None} if all(found.values()) else {}
 
 

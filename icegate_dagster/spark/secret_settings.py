@@ -145,7 +145,13 @@ def private_launch_settings(launch: Mapping[str, str]) -> Iterator[None]:
 def apply_runtime_conf(session: SparkSession, runtime: Mapping[str, str]) -> None:
     """Set held-back secrets on a started session, before any catalog is used: Iceberg's
     SparkCatalog reads ``spark.sql.catalog.<name>.*`` when first loaded; ``spark.hadoop.*``
-    also goes into the SparkContext's Hadoop configuration, as it would at start."""
+    also goes into the SparkContext's Hadoop configuration, as it would at start (on
+    Spark Connect, a session setting of its own: :func:`~.remote.set_session_settings`)."""
+    from icegate_dagster.spark.remote import is_remote, set_session_settings
+
+    if is_remote(session):  # no JVM here: the server builds Hadoop's conf from settings
+        set_session_settings(session, runtime)
+        return
     hadoop = None
     for key, value in runtime.items():
         session.conf.set(key, value)

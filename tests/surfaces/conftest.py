@@ -4,7 +4,11 @@ whole folder is in the ``spark`` tier."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.surfaces.spark_connect_server import ConnectServer, spark_connect_server
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -13,3 +17,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.surfaces)
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One Spark Connect server with Iceberg per test session (it takes ~20 s to start)."""
+    with spark_connect_server(tmp_path_factory.mktemp("spark_connect")) as server:
+        yield server

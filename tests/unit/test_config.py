@@ -15,6 +15,7 @@ from icegate_dagster.config import (
     parse_duration,
     parse_size,
 )
+from icegate_dagster.config.secrets import config_secrets
 from icegate_dagster.errors import ConfigError
 
 
@@ -269,3 +270,49 @@ def test_invalid_yaml_names_the_file_and_line(tmp_path: Path) -> None:
 def test_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--config = .*nope.yaml.*file not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        ("http://spark:15002", "must be a Spark Connect URL starting with sc://"),
+        ("sc://", "is no Spark Connect URL"),
+        ("sc://spark:15002/path", "is no Spark Connect URL"),
+        ("sc://spark:99999", "port '99999' is no TCP port"),
+        (15002, "must be a Spark Connect URL"),
+    ],
+)
+def test_a_bad_spark_remote_names_the_key_and_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: object, rule: str
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"spark": {"remote": value}}, tmp_path)
+    assert str(raised.value).startswith(f"invalid config: spark.remote = {value!r}: {rule}")
+
+
+def test_spark_remote_comes_from_the_file_else_spark_remote_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    assert config_from_dict({}, tmp_path).spark.remote is None
+    good = "sc://spark-connect.internal:15002/;use_ssl=true"
+    assert config_from_dict({"spark": {"remote": good}}, tmp_path).spark.remote == good
+    monkeypatch.setenv("SPARK_REMOTE", "sc://from-env:15002")
+    assert config_from_dict({}, tmp_path).spark.remote == "sc://from-env:15002"
+    assert config_from_dict({"spark": {"remote": good}}, tmp_path).spark.remote == good
+    monkeypatch.setenv("SPARK_REMOTE", "spark-connect:15002")
+    with pytest.raises(ConfigError, match=r"^invalid config: spark.remote \(from \$SPARK_REMOTE\)"):
+        config_from_dict({}, tmp_path)
+
+
+def test_a_token_in_spark_remote_is_a_secret_never_echoed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    token = "tok-9f8e7d6c5b4a"
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"spark": {"remote": f"sc://h:0/;token={token}"}}, tmp_path)
+    assert token not in str(raised.value) and ";token=***" in str(raised.value)
+    config = config_from_dict({"spark": {"remote": f"sc://h:15002/;token={token}"}}, tmp_path)
+    assert token in config_secrets(config)

@@ -21,6 +21,7 @@ from icegate_dagster.spark.conf import build_spark_conf
 from icegate_dagster.spark.jars import (
     JARS_DIR_ENV,
     SETUP_JARS_DIR,
+    connect_server_jar,
     iceberg_runtime_jar,
     pinned_jars,
     s3_jars,
@@ -142,7 +143,10 @@ def test_the_lock_pins_one_iceberg_version_and_pysparks_own_hadoop() -> None:
         "iceberg-aws-bundle",
         "hadoop-aws",
         "aws-java-sdk-bundle",
+        "spark-connect_2.12",
     }
+    # Spark Connect's server is a server's jar only; the rest a run's own Spark loads.
+    assert {a for a, pin in pins.items() if pin.role == "server"} == {"spark-connect_2.12"}
     # The AWS bundle must match the runtime; S3A must match the Hadoop inside PySpark.
     assert pins["iceberg-aws-bundle"].version == pins["iceberg-spark-runtime-3.5_2.12"].version
     hadoop = sorted(PYSPARK_JARS.glob("hadoop-client-api-*.jar"))
@@ -233,6 +237,22 @@ def test_the_jar_folder_and_a_users_own_jars_take_precedence(
     assert [j for j in by_coordinates["spark.jars"].split(",") if j.startswith(str(folder))] == [
         s3[2]
     ]
+
+
+def test_the_connect_servers_jar_never_reaches_a_runs_class_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set-up fetches Spark Connect's server beside the run's jars; the lock marks it a
+    server's jar, so a local session (in S3 too, which takes every other jar) leaves it out."""
+    server = "spark-connect_2.12-3.5.7.jar"
+    folder = _folder_of_jars(
+        tmp_path / "jars", "iceberg-spark-runtime-3.5_2.12-1.12.0.jar", *S3_JARS, server
+    )
+    monkeypatch.setenv(JARS_DIR_ENV, str(folder))
+    for catalog in (LOCAL, IN_S3):
+        jars = _conf(tmp_path, catalog, {})["spark.jars"]
+        assert "iceberg-spark-runtime" in jars and server not in jars
+    assert connect_server_jar() == folder / server
 
 
 def test_a_missing_or_ambiguous_runtime_is_refused_before_the_jvm(

@@ -21,6 +21,7 @@ from icegate_dagster.maintenance.leases.store import (
     holder_description,
 )
 from icegate_dagster.maintenance.results import Outcome
+from icegate_dagster.spark.remote import is_remote
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -93,8 +94,11 @@ class TableLeasing:
             if isinstance(held, LockHolder):
                 yield Hold(elsewhere=self._held_elsewhere(key, held))
                 return
-            with commit_guard(self._guard(key, held)):
-                yield Hold()
+            try:
+                with commit_guard(self._guard(key, held)):
+                    yield Hold()
+            finally:
+                self._untag(held)
 
     def _held_elsewhere(self, key: str, other: LockHolder) -> Outcome:
         """A table another maintainer holds is skipped; one held past ``stuck_after`` fails,
@@ -126,9 +130,29 @@ class TableLeasing:
                 return
             lease.verify()
             spark = self._started_spark()
-            if spark is not None:
-                context = spark.sparkContext
-                context.setJobGroup(lease.token, f"icegate {key}", True)
-                lease.on_lost(lambda: context.cancelJobGroup(lease.token))
+            if spark is None:
+                return
+            if is_remote(spark):
+                # Spark Connect: this thread's operations carry the lease's token as a tag;
+                # losing the lease interrupts them on the server.
+                if lease.token not in spark.getTags():
+                    spark.addTag(lease.token)
+
+                    def interrupt() -> None:
+                        spark.interruptTag(lease.token)
+
+                    lease.on_lost(interrupt)
+                return
+            context = spark.sparkContext
+            context.setJobGroup(lease.token, f"icegate {key}", True)
+            lease.on_lost(lambda: context.cancelJobGroup(lease.token))
 
         return guard
+
+    def _untag(self, lease: Lease) -> None:
+        """Once the operation ends, this thread's next operations (another table's) no
+        longer carry its lease's tag (Spark Connect)."""
+        spark = self._started_spark()
+        if spark is not None and is_remote(spark):
+            with contextlib.suppress(Exception):
+                spark.removeTag(lease.token)

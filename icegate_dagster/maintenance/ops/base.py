@@ -68,9 +68,18 @@ class OpContext:
         return table_exclusion(self.settings, self.ref.key, self.table.properties)
 
     @property
+    def on_connect(self) -> bool:
+        """Whether Spark is a Spark Connect server's (starts or joins the session): its JVM
+        is out of reach, so Iceberg's Java API gives way to procedures, SQL and pyiceberg."""
+        from icegate_dagster.spark.remote import is_remote
+
+        return is_remote(self.spark())
+
+    @property
     def driver_side(self) -> bool:
         """Whether the table is small enough for metadata-bound work on the Spark driver
-        (Iceberg's table API) rather than a distributed procedure."""
+        (Iceberg's table API) rather than a distributed procedure; never on Spark Connect,
+        where the driver is a server's (starts Spark when the table is small)."""
         from icegate_dagster.maintenance.iceberg_java import (
             DRIVER_SIDE_MAX_FILES,
             DRIVER_SIDE_MAX_MANIFESTS,
@@ -81,10 +90,12 @@ class OpContext:
             before.data_files + before.delete_files <= DRIVER_SIDE_MAX_FILES
             and before.manifests <= DRIVER_SIDE_MAX_MANIFESTS
             and before.snapshots <= DRIVER_SIDE_MAX_MANIFESTS
+            and not self.on_connect
         )
 
     def java_table(self) -> Any:
-        """Iceberg's Java table of this table on the Spark driver (starts Spark)."""
+        """Iceberg's Java table of this table on the Spark driver (starts Spark); refused on
+        Spark Connect, whose callers take their Connect equivalent instead."""
         from icegate_dagster.maintenance.iceberg_java import java_table
 
         identifier = self.ref.spark_identifier(self.catalog_name)

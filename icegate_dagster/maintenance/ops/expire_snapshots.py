@@ -36,7 +36,7 @@ from icegate_dagster.config.secrets import scrub
 from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.discovery import normalize_location
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
-from icegate_dagster.maintenance.ops.file_deletes import delete_files
+from icegate_dagster.maintenance.ops.file_deletes import delete_files, delete_files_without_spark
 from icegate_dagster.maintenance.ops.procedures import (
     call_procedure,
     committing,
@@ -590,11 +590,15 @@ class ExpireSnapshots(Operation):
         deleted."""
         rule = ctx.settings.expire_snapshots
         cutoff_ms = int(older_than.timestamp() * 1000)
+        on_connect = ctx.on_connect
 
         def expire() -> tuple[Table, Any]:
             # Loaded before the commit: every snapshot the commit can remove is in it (one
             # committed in between is younger than the cut-off, so kept).
             before = _fresh(ctx.table)
+            if on_connect:  # no Java table API: the same metadata-only commit, by pyiceberg
+                _expire_without_deletes(before, rule, ctx.now)
+                return before, None
             java = ctx.java_table()
             expiry = java.expireSnapshots().expireOlderThan(cutoff_ms)
             expiry = expiry.retainLast(rule.retain_last)
@@ -613,7 +617,8 @@ class ExpireSnapshots(Operation):
             "snapshots_expired": len(expired),
             "commit_retries": called.retries,
             "procedure_s": round(called.seconds, 3),
-            "execution": "driver",
+            # On Spark Connect: committed and deleted by this process (pyiceberg).
+            "execution": "client" if on_connect else "driver",
             "files_deleted": rule.delete_files,
             "tables_consulted": [],
         }
@@ -645,7 +650,11 @@ class ExpireSnapshots(Operation):
         if kept_shared:
             out["kept_shared_sample"] = dict(list(kept_shared.items())[:20])
         paths = [path for attribute in _KINDS for path in getattr(doomed, attribute)]
-        deletion = delete_files(ctx, java.io(), paths)
+        deletion = (
+            delete_files_without_spark(ctx, paths)
+            if java is None  # Spark Connect: the table's pyiceberg FileIO
+            else delete_files(ctx, java.io(), paths)
+        )
         failed = deletion.failed
         for attribute, kind in _KINDS.items():
             files = getattr(doomed, attribute)
@@ -659,6 +668,18 @@ class ExpireSnapshots(Operation):
         if deletion.lease_lost is not None:
             out["lease_lost"] = deletion.lease_lost
         return out
+
+
+def _expire_without_deletes(before: Table, rule: ExpireSnapshotsSettings, now: datetime) -> None:
+    """Expire, with pyiceberg, the snapshots Iceberg's ``ExpireSnapshots`` would expire at
+    ``now`` (:func:`expiring_snapshots`), deleting no file: what the driver's
+    ``cleanExpiredFiles(false)`` commits, for Spark Connect. Branch and tag heads stay; a
+    ref past its age and unused specs and schemas are left for the next local expiry."""
+    table = _fresh(before)
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    doomed = sorted(expiring_snapshots(table, rule, now) - protected)
+    if doomed:
+        table.maintenance.expire_snapshots().by_ids(doomed).commit()
 
 
 def _may_share(ctx: OpContext) -> bool:

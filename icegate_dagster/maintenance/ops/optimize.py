@@ -94,6 +94,13 @@ def _set_properties(java_table: Any, properties: dict[str, str]) -> None:
     update.commit()
 
 
+def _set_properties_in_sql(ctx: OpContext, properties: dict[str, str]) -> None:
+    """The same commit through Spark SQL (Spark Connect: no Java table API here)."""
+    pairs = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+    identifier = ctx.ref.spark_identifier(ctx.catalog_name)
+    ctx.spark().sql(f"ALTER TABLE {identifier} SET TBLPROPERTIES ({pairs})").collect()
+
+
 class Optimize(Operation):
     """Small files rewritten into few, partition by partition."""
 
@@ -145,7 +152,10 @@ class Optimize(Operation):
         if compression:
             # Through Spark's own view of the table: where Spark cannot start or cannot
             # open the table, this fails before anything is committed.
-            committing(lambda: _set_properties(ctx.java_table(), compression))
+            if ctx.on_connect:
+                committing(lambda: _set_properties_in_sql(ctx, compression))
+            else:
+                committing(lambda: _set_properties(ctx.java_table(), compression))
         row = call_procedure(ctx.spark(), ctx.catalog_name, "rewrite_data_files", args).output()
         details = (
             f"rewrote {row['rewritten_data_files_count']} data files "

@@ -154,9 +154,10 @@ class RemoveOrphanFiles(Operation):
                 kept_shared_sample=dict(list(kept.items())[:_SAMPLE]),
             )
         if not dry and files and not deleted_by_iceberg:
+            # Decided from metadata, or on Spark Connect (no Java FileIO here): pyiceberg's.
             deletion = (
                 delete_files_without_spark(ctx, files)
-                if decided is not None
+                if decided is not None or ctx.on_connect
                 else delete_files(ctx, ctx.java_table().io(), files)
             )
             if deletion.failed:

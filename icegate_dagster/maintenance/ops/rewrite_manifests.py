@@ -73,7 +73,7 @@ class RewriteManifests(Operation):
             return Outcome.skip(
                 f"dry run: {ctx.before.manifests} manifests would be rewritten by partition"
             )
-        if ctx.driver_side:
+        if ctx.driver_side:  # never on Spark Connect: the procedure below
             out = self._on_driver(ctx)
         else:
             args = {"table": ctx.ref.procedure_argument()}
