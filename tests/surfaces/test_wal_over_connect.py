@@ -1,0 +1,246 @@
+"""WAL compaction as a thin Spark Connect client: no JVM in the client's process (issue 40).
+
+A real Spark Connect server with Iceberg runs on loopback (pyspark's own Spark, the
+``spark-connect`` plugin and Iceberg's runtime from set-up's jars folder); the test's
+process only speaks gRPC to it. Spark reads the WAL and writes the batch on the server;
+the publish is pyiceberg's one catalog commit. The assertions are the local path's:
+every row once, the WAL files deleted only after the commit, a crash at any step (the
+client killed -9 included) survived by a rerun.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from icegate_dagster.errors import OperationError
+from icegate_dagster.maintenance import TableRef
+from icegate_dagster.maintenance.results import Outcome
+from icegate_dagster.maintenance.wal import (
+    BATCH_PROPERTY,
+    CHECKPOINTS,
+    KILL_AT_ENV,
+    LEDGER_PROPERTY,
+    STAGING_PREFIX,
+    compact_wal,
+    configured_wal_root,
+    quarantined_files,
+)
+from icegate_dagster.spark.catalog_conf import spark_catalog_conf
+from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS, NANOS_AS_LONG
+from icegate_dagster.spark.jars import SQLITE_JDBC_JAR, iceberg_runtime_jar, jars_dir
+from tests.integration.test_wal_compaction import TABLE, WAL_RULES, as_rows, fill_wal
+from tests.lakehouse import Lakehouse, LakehouseFactory, make_lakehouse
+from tests.servers import ServerProcess, free_port
+from tests.surfaces.spark_cluster import spark_home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _connect_jar() -> Path:
+    found = sorted(jars_dir().glob("spark-connect_2.12-*.jar"))
+    assert found, f"no spark-connect_2.12 jar in {jars_dir()}: scripts/setup.sh fetches it"
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server with Iceberg's runtime and SQL extensions, on loopback."""
+    port = free_port()
+    jars = [_connect_jar(), iceberg_runtime_jar(), SQLITE_JDBC_JAR]
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        NANOS_AS_LONG: "true",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    args = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--jars",
+        ",".join(str(j) for j in jars),
+        *(item for key, value in conf.items() for item in ("--conf", f"{key}={value}")),
+        "spark-internal",
+    ]
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    env = {**os.environ, "SPARK_HOME": str(spark_home())}
+    with ServerProcess("spark-connect", args, log, env=env, own_group=True) as server:
+        server.wait_ready(
+            lambda: "Spark Connect server started" in server.log_text(), timeout=240
+        )
+        yield f"sc://127.0.0.1:{port}"
+
+
+def _session(url: str, lh: Lakehouse) -> SparkSession:
+    """A Connect client session with the lakehouse's catalog registered on it."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in spark_catalog_conf(lh.config.catalog).items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def _compact(url: str, lh: Lakehouse, **kwargs: Any) -> Outcome:
+    ref = TableRef.parse(TABLE)
+    return compact_wal(
+        lambda: _session(url, lh),
+        lh.config.catalog.name,
+        ref,
+        lh.table(TABLE),
+        configured_wal_root(lh.config),
+        lh.config.for_table(TABLE).compaction,
+        force=True,
+        **kwargs,
+    )
+
+
+def _rows(lh: Lakehouse) -> Counter[tuple[Any, ...]]:
+    """The table's rows read by pyiceberg, as :func:`as_rows` spells them."""
+    return as_rows(lh.table(TABLE).scan().to_arrow())
+
+
+def _no_jvm_here() -> None:
+    """This process never launched a JVM (py4j's gateway is how pyspark starts one)."""
+    from pyspark import SparkContext
+
+    assert SparkContext._gateway is None
+    assert SparkContext._active_spark_context is None
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lakehouse.add_table(TABLE, appends=2)
+    return lakehouse
+
+
+def test_a_wal_batch_lands_once_through_spark_connect_with_no_jvm_in_the_client(
+    connect_url: str, lh: Lakehouse
+) -> None:
+    before = _rows(lh)
+    expected = before + fill_wal(lh, files=5)
+
+    outcome = _compact(connect_url, lh)
+
+    assert outcome.status == "completed", outcome.details
+    assert outcome.output["wal_files_ingested"] == 5
+    assert _rows(lh) == expected
+    assert lh.wal_files(TABLE) == []
+    table = lh.table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary[BATCH_PROPERTY] == outcome.output["batch_id"]
+    assert LEDGER_PROPERTY in table.properties
+    assert not [r for r in table.metadata.refs if r.startswith(STAGING_PREFIX)]
+    # The published files keep the statistics Spark wrote (scan planning prunes on them).
+    added = [
+        e.data_file
+        for m in snapshot.manifests(table.io)
+        if m.added_snapshot_id == snapshot.snapshot_id
+        for e in m.fetch_manifest_entry(table.io)
+    ]
+    assert added and all(f.lower_bounds and f.upper_bounds and f.value_counts for f in added)
+    _no_jvm_here()
+
+
+@pytest.mark.parametrize("point", CHECKPOINTS)
+def test_a_crash_at_any_step_over_spark_connect_then_a_rerun_ingests_exactly_once(
+    connect_url: str, lh: Lakehouse, point: str
+) -> None:
+    class Crash(BaseException):
+        pass
+
+    def crash(at: str) -> None:
+        if at == point:
+            raise Crash(at)
+
+    expected = _rows(lh) + fill_wal(lh, files=4)
+    with pytest.raises(Crash):
+        _compact(connect_url, lh, fault_hook=crash)
+
+    outcome = _compact(connect_url, lh)
+
+    assert outcome.status in ("completed", "skipped"), outcome.details
+    assert _rows(lh) == expected
+    assert lh.wal_files(TABLE) == []
+    _no_jvm_here()
+
+
+@pytest.mark.parametrize("point", ["after_commit", "mid_delete"])
+def test_the_client_killed_9_mid_compaction_then_a_rerun_ingests_exactly_once(
+    connect_url: str, tmp_path: Path, point: str
+) -> None:
+    lh = make_lakehouse(tmp_path / "lh", WAL_RULES, wal=True)
+    lh.add_table(TABLE, appends=1)
+    expected = _rows(lh) + fill_wal(lh, files=4)
+    script = (
+        "import sys; from pathlib import Path; "
+        "from tests.surfaces.test_wal_over_connect import _compact_in_child; "
+        "_compact_in_child(Path(sys.argv[1]), sys.argv[2])"
+    )
+    env = {**os.environ, KILL_AT_ENV: point, "PYTHONPATH": str(Path.cwd())}
+    child = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script, str(lh.config_path), connect_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+    outcome = _compact(connect_url, lh)
+
+    assert outcome.status in ("completed", "skipped"), outcome.details
+    assert _rows(lh) == expected
+    assert lh.wal_files(TABLE) == []
+
+
+def _compact_in_child(config_path: Path, url: str) -> None:
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+
+    config = load_config(config_path)
+    lakehouse = Lakehouse(config_path.parent, config_path, config, open_catalog(config.catalog))
+    outcome = _compact(url, lakehouse)
+    raise SystemExit(f"not killed: {outcome.status} {outcome.details}")
+
+
+def test_a_format_v3_table_is_refused_over_connect_before_anything_is_written(
+    connect_url: str, lakehouse_factory: LakehouseFactory
+) -> None:
+    """pyiceberg writes no format-version 3 snapshot: over Connect (no Java API in the
+    process) the op fails saying so, and every WAL file waits, none quarantined."""
+    lh = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lh.catalog.create_namespace_if_not_exists("lakehouse")
+    name = TableRef.parse(TABLE).spark_identifier(lh.config.catalog.name)
+    _session(connect_url, lh).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
+        f"CREATE TABLE {name} (id BIGINT, service STRING, timestamp TIMESTAMP, body STRING) "
+        "USING iceberg PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
+    )
+    fill_wal(lh, files=4)
+    waiting = lh.wal_files(TABLE)
+
+    with pytest.raises(OperationError, match="format-version 3") as refused:
+        _compact(connect_url, lh)
+
+    assert "local Spark session" in str(refused.value)
+    assert lh.wal_files(TABLE) == waiting
+    assert quarantined_files(configured_wal_root(lh.config), TableRef.parse(TABLE)) == []
+    assert lh.table(TABLE).metadata.snapshots == []
+    assert not lh.table(TABLE).metadata.refs
