@@ -434,3 +434,39 @@ def test_wal_batches_into_a_format_v3_table_land_once_with_row_lineage(
     assert table.metadata.next_row_id is not None
     assert table.metadata.next_row_id > max(row_ids)
     assert set(table.metadata.refs) == {"main"}  # no staging branch left
+
+
+def test_a_stale_staging_branch_of_a_format_v3_table_is_removed_and_the_wal_lands_once(
+    lakehouse_factory: LakehouseFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that died between staging and publishing leaves its branch; a later run
+    removes it once it is stale, also on a format-version 3 table (whose metadata pyiceberg
+    0.12 cannot write), and ingests the WAL once."""
+    from icegate_dagster.maintenance.wal import STAGING_PREFIX, publish
+
+    lh = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lh.catalog.create_namespace_if_not_exists("lakehouse")
+    ref = TableRef.parse(TABLE)
+    name = ref.spark_identifier(lh.config.catalog.name)
+    get_spark(lh.config).sql(
+        f"CREATE TABLE {name} (id BIGINT, service STRING, timestamp TIMESTAMP, body STRING) "
+        "USING iceberg PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
+    )
+    expected = fill_wal(lh, files=4)
+
+    def die_before_publishing(point: str) -> None:
+        if point == "before_commit":
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        Maintainer(lh.config, fault_hook=die_before_publishing).run_op(ref, "wal_compaction")
+    left = [r for r in lh.table(TABLE).metadata.refs if r.startswith(STAGING_PREFIX)]
+    assert len(left) == 1
+    monkeypatch.setattr(publish, "STALE_STAGING", timedelta(0))  # an hour has passed
+
+    rerun = Maintainer(lh.config).run_op(ref, "wal_compaction")
+
+    assert rerun.status == "completed", rerun.details
+    assert spark_rows(lh, TABLE) == expected
+    assert lh.wal_files(TABLE) == []
+    assert set(lh.table(TABLE).metadata.refs) == {"main"}

@@ -4,12 +4,15 @@ A real Spark Connect server with Iceberg runs on loopback (pyspark's own Spark, 
 ``spark-connect`` plugin and Iceberg's runtime from set-up's jars folder); the test's
 process only speaks gRPC to it. Spark reads the WAL and writes the batch on the server;
 the publish is pyiceberg's one catalog commit. The assertions are the local path's:
-every row once, the WAL files deleted only after the commit, a crash at any step (the
-client killed -9 included) survived by a rerun.
+every row once, the WAL files deleted only after the commit, the client killed -9 at
+any step survived by a rerun. Each client is a fresh interpreter (pyspark refuses a
+remote session beside a local one, which other tests of the process may have started);
+the test's own process reads the table with pyiceberg only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +26,6 @@ import pytest
 
 from icegate_dagster.errors import OperationError
 from icegate_dagster.maintenance import TableRef
-from icegate_dagster.maintenance.results import Outcome
 from icegate_dagster.maintenance.wal import (
     BATCH_PROPERTY,
     CHECKPOINTS,
@@ -38,7 +40,7 @@ from icegate_dagster.spark.catalog_conf import spark_catalog_conf
 from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS, NANOS_AS_LONG
 from icegate_dagster.spark.jars import SQLITE_JDBC_JAR, iceberg_runtime_jar, jars_dir
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, as_rows, fill_wal
-from tests.lakehouse import Lakehouse, LakehouseFactory, make_lakehouse
+from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.servers import ServerProcess, free_port
 from tests.surfaces.spark_cluster import spark_home
 
@@ -96,31 +98,75 @@ def _session(url: str, lh: Lakehouse) -> SparkSession:
     return spark
 
 
-def _compact(url: str, lh: Lakehouse, **kwargs: Any) -> Outcome:
+def _client_main(config_path: str, url: str, create_v3: str) -> None:
+    """A client process: (the v3 table made first, if asked) one forced WAL compaction;
+    prints its outcome, or its error, and whether a JVM was started in this process."""
+    from pyspark import SparkContext
+
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+
+    path = Path(config_path)
+    config = load_config(path)
+    lh = Lakehouse(path.parent, path, config, open_catalog(config.catalog))
     ref = TableRef.parse(TABLE)
-    return compact_wal(
-        lambda: _session(url, lh),
-        lh.config.catalog.name,
-        ref,
-        lh.table(TABLE),
-        configured_wal_root(lh.config),
-        lh.config.for_table(TABLE).compaction,
-        force=True,
-        **kwargs,
+    if create_v3 == "v3":
+        _session(url, lh).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
+            f"CREATE TABLE {ref.spark_identifier(config.catalog.name)} (id BIGINT, "
+            "service STRING, timestamp TIMESTAMP, body STRING) USING iceberg "
+            "PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
+        )
+    report: dict[str, Any] = {}
+    try:
+        outcome = compact_wal(
+            lambda: _session(url, lh),
+            config.catalog.name,
+            ref,
+            lh.table(TABLE),
+            configured_wal_root(config),
+            config.for_table(TABLE).compaction,
+            force=True,
+        )
+        report.update(status=outcome.status, details=outcome.details, output=outcome.output)
+    except OperationError as exc:
+        report.update(status="error", details=str(exc))
+    # py4j's gateway is how pyspark starts a JVM in its own process.
+    report["jvm_here"] = SparkContext._gateway is not None
+    print(json.dumps(report, default=str))
+
+
+def _client(
+    lh: Lakehouse, url: str, *, kill_at: str | None = None, create_v3: bool = False
+) -> dict[str, Any]:
+    """Run :func:`_client_main` in a fresh interpreter; its report, or ``{"killed": True}``."""
+    script = (
+        "import sys; from tests.surfaces.test_wal_over_connect import _client_main; "
+        "_client_main(*sys.argv[1:])"
     )
+    env = {k: v for k, v in os.environ.items() if k != KILL_AT_ENV}
+    env["PYTHONPATH"] = str(Path(__file__).parents[2])
+    if kill_at is not None:
+        env[KILL_AT_ENV] = kill_at
+    args = [str(lh.config_path), url, "v3" if create_v3 else "-"]
+    child = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if kill_at is not None:
+        assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+        return {"killed": True}
+    assert child.returncode == 0, child.stdout + child.stderr[-3000:]
+    report: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    assert report["jvm_here"] is False, report
+    return report
 
 
 def _rows(lh: Lakehouse) -> Counter[tuple[Any, ...]]:
     """The table's rows read by pyiceberg, as :func:`as_rows` spells them."""
     return as_rows(lh.table(TABLE).scan().to_arrow())
-
-
-def _no_jvm_here() -> None:
-    """This process never launched a JVM (py4j's gateway is how pyspark starts one)."""
-    from pyspark import SparkContext
-
-    assert SparkContext._gateway is None
-    assert SparkContext._active_spark_context is None
 
 
 @pytest.fixture
@@ -133,21 +179,20 @@ def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
 def test_a_wal_batch_lands_once_through_spark_connect_with_no_jvm_in_the_client(
     connect_url: str, lh: Lakehouse
 ) -> None:
-    before = _rows(lh)
-    expected = before + fill_wal(lh, files=5)
+    expected = _rows(lh) + fill_wal(lh, files=5)
 
-    outcome = _compact(connect_url, lh)
+    report = _client(lh, connect_url)
 
-    assert outcome.status == "completed", outcome.details
-    assert outcome.output["wal_files_ingested"] == 5
+    assert report["status"] == "completed", report
+    assert report["output"]["wal_files_ingested"] == 5
     assert _rows(lh) == expected
     assert lh.wal_files(TABLE) == []
     table = lh.table(TABLE)
     snapshot = table.current_snapshot()
     assert snapshot is not None and snapshot.summary is not None
-    assert snapshot.summary[BATCH_PROPERTY] == outcome.output["batch_id"]
+    assert snapshot.summary[BATCH_PROPERTY] == report["output"]["batch_id"]
     assert LEDGER_PROPERTY in table.properties
-    assert not [r for r in table.metadata.refs if r.startswith(STAGING_PREFIX)]
+    assert set(table.metadata.refs) == {"main"}  # the staging branch went with the commit
     # The published files keep the statistics Spark wrote (scan planning prunes on them).
     added = [
         e.data_file
@@ -156,69 +201,21 @@ def test_a_wal_batch_lands_once_through_spark_connect_with_no_jvm_in_the_client(
         for e in m.fetch_manifest_entry(table.io)
     ]
     assert added and all(f.lower_bounds and f.upper_bounds and f.value_counts for f in added)
-    _no_jvm_here()
 
 
 @pytest.mark.parametrize("point", CHECKPOINTS)
-def test_a_crash_at_any_step_over_spark_connect_then_a_rerun_ingests_exactly_once(
+def test_the_client_killed_9_at_any_step_then_a_rerun_ingests_exactly_once(
     connect_url: str, lh: Lakehouse, point: str
 ) -> None:
-    class Crash(BaseException):
-        pass
-
-    def crash(at: str) -> None:
-        if at == point:
-            raise Crash(at)
-
     expected = _rows(lh) + fill_wal(lh, files=4)
-    with pytest.raises(Crash):
-        _compact(connect_url, lh, fault_hook=crash)
+    _client(lh, connect_url, kill_at=point)
 
-    outcome = _compact(connect_url, lh)
+    report = _client(lh, connect_url)
 
-    assert outcome.status in ("completed", "skipped"), outcome.details
+    assert report["status"] in ("completed", "skipped"), report
     assert _rows(lh) == expected
     assert lh.wal_files(TABLE) == []
-    _no_jvm_here()
-
-
-@pytest.mark.parametrize("point", ["after_commit", "mid_delete"])
-def test_the_client_killed_9_mid_compaction_then_a_rerun_ingests_exactly_once(
-    connect_url: str, tmp_path: Path, point: str
-) -> None:
-    lh = make_lakehouse(tmp_path / "lh", WAL_RULES, wal=True)
-    lh.add_table(TABLE, appends=1)
-    expected = _rows(lh) + fill_wal(lh, files=4)
-    script = (
-        "import sys; from pathlib import Path; "
-        "from tests.surfaces.test_wal_over_connect import _compact_in_child; "
-        "_compact_in_child(Path(sys.argv[1]), sys.argv[2])"
-    )
-    env = {**os.environ, KILL_AT_ENV: point, "PYTHONPATH": str(Path.cwd())}
-    child = subprocess.run(  # noqa: S603
-        [sys.executable, "-c", script, str(lh.config_path), connect_url],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
-    outcome = _compact(connect_url, lh)
-
-    assert outcome.status in ("completed", "skipped"), outcome.details
-    assert _rows(lh) == expected
-    assert lh.wal_files(TABLE) == []
-
-
-def _compact_in_child(config_path: Path, url: str) -> None:
-    from icegate_dagster.catalog import open_catalog
-    from icegate_dagster.config import load_config
-
-    config = load_config(config_path)
-    lakehouse = Lakehouse(config_path.parent, config_path, config, open_catalog(config.catalog))
-    outcome = _compact(url, lakehouse)
-    raise SystemExit(f"not killed: {outcome.status} {outcome.details}")
+    assert not [r for r in lh.table(TABLE).metadata.refs if r.startswith(STAGING_PREFIX)]
 
 
 def test_a_format_v3_table_is_refused_over_connect_before_anything_is_written(
@@ -228,19 +225,17 @@ def test_a_format_v3_table_is_refused_over_connect_before_anything_is_written(
     process) the op fails saying so, and every WAL file waits, none quarantined."""
     lh = lakehouse_factory(maintain=WAL_RULES, wal=True)
     lh.catalog.create_namespace_if_not_exists("lakehouse")
-    name = TableRef.parse(TABLE).spark_identifier(lh.config.catalog.name)
-    _session(connect_url, lh).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
-        f"CREATE TABLE {name} (id BIGINT, service STRING, timestamp TIMESTAMP, body STRING) "
-        "USING iceberg PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
-    )
     fill_wal(lh, files=4)
     waiting = lh.wal_files(TABLE)
 
-    with pytest.raises(OperationError, match="format-version 3") as refused:
-        _compact(connect_url, lh)
+    report = _client(lh, connect_url, create_v3=True)
 
-    assert "local Spark session" in str(refused.value)
+    assert report["status"] == "error", report
+    assert "format-version 3" in report["details"]
+    assert "local Spark session" in report["details"]
     assert lh.wal_files(TABLE) == waiting
     assert quarantined_files(configured_wal_root(lh.config), TableRef.parse(TABLE)) == []
-    assert lh.table(TABLE).metadata.snapshots == []
-    assert not lh.table(TABLE).metadata.refs
+    table = lh.table(TABLE)
+    assert table.format_version == 3
+    assert table.metadata.snapshots == []
+    assert not table.metadata.refs

@@ -103,7 +103,8 @@ def _compact_locked(
     filesystem, _folder = wal_filesystem(wal_root, ref)
     # A crash between commit and delete leaves files a commit already holds.
     settled = settle_committed(table, wal_root, ref)
-    if drop_stale_staging(table):
+    identifier = ref.spark_identifier(catalog_name)
+    if drop_stale_staging(table, spark_provider, identifier):
         table = table.refresh()
     pending = list_wal_files(wal_root, ref)
     output: dict[str, Any] = {
@@ -134,7 +135,6 @@ def _compact_locked(
     checkpoint("before_write", hook)
     batch_id = uuid.uuid4().hex
     good = inspected.good
-    identifier = ref.spark_identifier(catalog_name)
     if good:
         spark = spark_provider()
         require_wal_filesystem(spark, wal_root.hadoop_folder(ref))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,10 @@ STAGING_PREFIX = "icegate_wal_"
 STALE_STAGING = timedelta(hours=1)
 #: Publish attempts when other writers keep committing first (each re-checks the WAL record).
 PUBLISH_ATTEMPTS = 8
+#: The newest table format version pyiceberg 0.12 writes (no format-version 3 metadata,
+#: manifest lists or row lineage): a newer table publishes through Iceberg's Java API,
+#: which needs a JVM in this process, and its branches change through Iceberg's SQL.
+PYICEBERG_MAX_FORMAT_VERSION = 2
 
 
 # -- the WAL record ------------------------------------------------------------
@@ -174,8 +178,13 @@ def drop_branch(spark: SparkSession, identifier: str, table: Table, branch: str)
             _change_branch(spark, f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {name}")
 
 
-def drop_stale_staging(table: Table) -> int:
-    """Remove staging branches left by runs that died before publishing; return how many."""
+def drop_stale_staging(
+    table: Table, spark_provider: Callable[[], SparkSession], identifier: str
+) -> int:
+    """Remove staging branches left by runs that died before publishing; return how many.
+
+    With pyiceberg (no JVM); a format-version 3 table, whose metadata pyiceberg cannot
+    write, through Iceberg's SQL (``spark_provider`` is only called then)."""
     cutoff_ms = int((datetime.now(UTC) - STALE_STAGING).timestamp() * 1000)
     stale = []
     for name, snapshot_ref in table.metadata.refs.items():
@@ -184,7 +193,12 @@ def drop_stale_staging(table: Table) -> int:
             snapshot is None or snapshot.timestamp_ms < cutoff_ms
         ):
             stale.append(name)
-    if stale:
+    if stale and table.format_version > PYICEBERG_MAX_FORMAT_VERSION:
+        spark = spark_provider()
+        for name in stale:
+            branch = quote_identifier(name)
+            _change_branch(spark, f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {branch}")
+    elif stale:
         manage = table.manage_snapshots()
         for name in stale:
             manage = manage.remove_branch(name)
@@ -216,12 +230,6 @@ def stage_batch(
 
 
 # -- publishing ------------------------------------------------------------------
-
-#: The newest table format version whose snapshots pyiceberg writes (0.12 has no
-#: format-version 3 manifest lists, nor row lineage): newer tables publish through
-#: Iceberg's Java API, which needs a JVM in this process.
-PYICEBERG_MAX_FORMAT_VERSION = 2
-
 
 #: How pyiceberg (and Iceberg's Java metadata builder, behind a REST catalog) refuse a
 #: snapshot whose sequence number another commit took since the table was read.
