@@ -50,7 +50,11 @@ if TYPE_CHECKING:
 
 def _connect_jar() -> Path:
     found = sorted(jars_dir().glob("spark-connect_2.12-*.jar"))
-    assert found, f"no spark-connect_2.12 jar in {jars_dir()}: scripts/setup.sh fetches it"
+    # Maven Central has the 3.5 plugin up to 3.5.7, which serves PySpark 3.5.9's Spark.
+    assert found, (
+        f"no spark-connect_2.12 jar in {jars_dir()}: fetch "
+        "org.apache.spark:spark-connect_2.12:3.5.7 from Maven Central into it"
+    )
     return found[-1]
 
 
