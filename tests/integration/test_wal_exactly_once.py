@@ -19,7 +19,7 @@ import pytest
 from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.identifiers import quote_identifier
 from icegate_dagster.maintenance.leases.holder import TableLeasing
-from icegate_dagster.maintenance.wal import FILES_PROPERTY, WalRoot, compaction
+from icegate_dagster.maintenance.wal import BATCH_PROPERTY, FILES_PROPERTY, WalRoot, compaction
 from icegate_dagster.spark.session import get_spark
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, fill_wal, spark_rows
 from tests.lakehouse import SCHEMA, SPEC, Lakehouse, LakehouseFactory
@@ -40,9 +40,12 @@ def unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
 def _ingest_together(lh: Lakehouse) -> list[Any]:
     """Two ingesters of one table, released together at the commit point."""
     at_commit = threading.Barrier(2, timeout=60)
+    released: set[int] = set()
 
     def hook(point: str) -> None:
-        if point == "before_commit":
+        # Each ingester's first commit attempt only: a refused attempt is retried alone.
+        if point == "before_commit" and threading.get_ident() not in released:
+            released.add(threading.get_ident())
             at_commit.wait()
 
     results: list[Any] = []
@@ -129,3 +132,40 @@ def test_the_wal_record_survives_expiry_by_another_engine_after_a_crash(
     assert "deleted 5 WAL files an earlier commit already holds" in rerun.details
     assert spark_rows(lh, TABLE) == expected  # nothing ingested twice
     assert lh.wal_files(TABLE) == []
+
+
+@pytest.mark.parametrize("where", ["main", "another-branch"])
+def test_a_commit_landing_between_the_check_and_the_publish_is_retried_not_failed(
+    lakehouse_factory: LakehouseFactory, where: str
+) -> None:
+    """Another writer commits right after the publish read the table (a plain append to
+    main, or a write to another branch that only moves the table's sequence number): the
+    publish is refused by the catalog, checks the WAL record again and lands once."""
+    from tests.lakehouse import batch
+
+    lh = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lh.add_table(TABLE, appends=2)
+    expected = spark_rows(lh, TABLE) + fill_wal(lh, files=4)
+    theirs = batch(800_000, ("api",))
+    interrupted: list[str] = []
+
+    def writer_commits_first(point: str) -> None:
+        if point == "before_commit" and not interrupted:
+            interrupted.append(point)
+            lh.table(TABLE).append(theirs, branch="main" if where == "main" else "audit")
+
+    ref = TableRef.parse(TABLE)
+    outcome = Maintainer(lh.config, fault_hook=writer_commits_first).run_op(ref, "wal_compaction")
+
+    assert interrupted
+    assert outcome.status == "completed", outcome.details
+    if where == "main":
+        expected += Counter(
+            (r["id"], r["service"], r["timestamp"].replace(tzinfo=None), r["body"])
+            for r in theirs.to_pylist()
+        )
+    assert spark_rows(lh, TABLE) == expected
+    assert lh.wal_files(TABLE) == []
+    current = lh.table(TABLE).current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary[BATCH_PROPERTY] == outcome.output["batch_id"]

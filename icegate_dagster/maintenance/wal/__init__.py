@@ -6,8 +6,10 @@ The modules, by concern:
 - :mod:`.files`: listing, sizing and quarantine of WAL folders (file system only, no JVM);
 - :mod:`.root_listing`: one listing of ``wal.root`` at a time, waited for up to a deadline;
 - :mod:`.schema`: whether a file's Parquet footer fits the table's schema (pyarrow, no JVM);
-- :mod:`.frame`: the Spark DataFrame of a batch, timestamps converted exactly;
-- :mod:`.publish`: the exactly-once protocol (staging branch, validated commit, ledger);
+- :mod:`.frame`: the Spark DataFrame of a batch, timestamps converted exactly (SQL and
+  DataFrames only: it works over Spark Connect);
+- :mod:`.publish`: the exactly-once protocol (staging branch, one pyiceberg commit that
+  requires main unmoved, ledger; no JVM but for format-version 3 tables);
 - :mod:`.folder_lock`: one compaction per table at a time on a host;
 - :mod:`.checkpoints`: the step boundaries where crash tests strike;
 - :mod:`.compaction`: one run, from the lock to the deletes.

@@ -42,6 +42,7 @@ from icegate_dagster.maintenance.wal.publish import (
     drop_stale_staging,
     find_batch_snapshot,
     publish,
+    require_publishable,
     settle_committed,
     stage_batch,
 )
@@ -102,7 +103,8 @@ def _compact_locked(
     filesystem, _folder = wal_filesystem(wal_root, ref)
     # A crash between commit and delete leaves files a commit already holds.
     settled = settle_committed(table, wal_root, ref)
-    if drop_stale_staging(table):
+    identifier = ref.spark_identifier(catalog_name)
+    if drop_stale_staging(table, spark_provider, identifier):
         table = table.refresh()
     pending = list_wal_files(wal_root, ref)
     output: dict[str, Any] = {
@@ -133,10 +135,10 @@ def _compact_locked(
     checkpoint("before_write", hook)
     batch_id = uuid.uuid4().hex
     good = inspected.good
-    identifier = ref.spark_identifier(catalog_name)
     if good:
         spark = spark_provider()
         require_wal_filesystem(spark, wal_root.hadoop_folder(ref))
+        require_publishable(spark, table)
         good, unreadable = _write_batch(
             spark, identifier, filesystem, table, good, batch_id, settings
         )
@@ -147,7 +149,7 @@ def _compact_locked(
                 publish(spark, identifier, table, wal_root, ref, branch, batch_id, good)
             except AlreadyCommitted as exc:
                 # Another ingester got there first: append nothing, settle what it holds.
-                drop_branch(spark, identifier, STAGING_PREFIX + batch_id)
+                drop_branch(spark, identifier, table, STAGING_PREFIX + batch_id)
                 output["quarantined"] = quarantined
                 output["wal_files_already_committed"] = len(exc.files)
                 gone = settle_committed(table.refresh(), wal_root, ref)
@@ -159,7 +161,7 @@ def _compact_locked(
                 )
             except Exception:
                 if find_batch_snapshot(table, batch_id) is None:  # not committed: clean up
-                    drop_branch(spark, identifier, STAGING_PREFIX + batch_id)
+                    drop_branch(spark, identifier, table, STAGING_PREFIX + batch_id)
                     raise
     output["quarantined"] = quarantined
     if not good:
@@ -233,7 +235,7 @@ def _write_batch(
     """
     branch = STAGING_PREFIX + batch_id
     try:
-        stage_batch(spark, identifier, good, branch, settings.target_file_size)
+        stage_batch(spark, identifier, table, good, branch, settings.target_file_size)
         return good, []
     except Exception as exc:
         _spark_must_work(spark, exc)
@@ -251,9 +253,9 @@ def _write_batch(
         if len(unreadable) > len(reread.bad):  # Spark refused some: was it Spark's fault?
             _spark_must_work(spark, exc)
     if keep:
-        stage_batch(spark, identifier, keep, branch, settings.target_file_size)
+        stage_batch(spark, identifier, table, keep, branch, settings.target_file_size)
     else:
-        drop_branch(spark, identifier, branch)
+        drop_branch(spark, identifier, table, branch)
     return keep, unreadable
 
 

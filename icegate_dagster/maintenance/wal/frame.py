@@ -133,13 +133,15 @@ def spark_failure(spark: SparkSession) -> str | None:
 
 
 def require_wal_filesystem(spark: SparkSession, folder: str) -> None:
-    """Raise when Spark's Hadoop cannot open the file system of the WAL ``folder`` (its
-    connector missing from the class path, a setting it refuses): then every read would
-    fail, and no file may be blamed (quarantined) for it."""
+    """Raise when Spark cannot open the file system of the WAL ``folder`` (its connector
+    missing from the class path, a setting it refuses): then every read would fail, and
+    no file may be blamed (quarantined) for it.
+
+    Spark is asked to list the folder (a text source's file index, resolved when its plan
+    is analysed: no job, no file read), which opens its file system wherever Spark runs,
+    also on a Spark Connect server."""
     try:
-        jvm: Any = spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(folder)
-        path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        spark.read.format("text").load(spark_path(folder)).schema  # noqa: B018 (analysis)
     except Exception as exc:
         raise OperationError(
             f"Spark cannot open the file system of the WAL folder {folder} "

@@ -1,0 +1,245 @@
+"""WAL compaction as a thin Spark Connect client: no JVM in the client's process (issue 40).
+
+A real Spark Connect server with Iceberg runs on loopback (pyspark's own Spark, the
+``spark-connect`` plugin and Iceberg's runtime from set-up's jars folder); the test's
+process only speaks gRPC to it. Spark reads the WAL and writes the batch on the server;
+the publish is pyiceberg's one catalog commit. The assertions are the local path's:
+every row once, the WAL files deleted only after the commit, the client killed -9 at
+any step survived by a rerun. Each client is a fresh interpreter (pyspark refuses a
+remote session beside a local one, which other tests of the process may have started);
+the test's own process reads the table with pyiceberg only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from icegate_dagster.errors import OperationError
+from icegate_dagster.maintenance import TableRef
+from icegate_dagster.maintenance.wal import (
+    BATCH_PROPERTY,
+    CHECKPOINTS,
+    KILL_AT_ENV,
+    LEDGER_PROPERTY,
+    STAGING_PREFIX,
+    compact_wal,
+    configured_wal_root,
+    quarantined_files,
+)
+from icegate_dagster.spark.catalog_conf import spark_catalog_conf
+from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS, NANOS_AS_LONG
+from icegate_dagster.spark.jars import SQLITE_JDBC_JAR, iceberg_runtime_jar, jars_dir
+from tests.integration.test_wal_compaction import TABLE, WAL_RULES, as_rows, fill_wal
+from tests.lakehouse import Lakehouse, LakehouseFactory
+from tests.servers import ServerProcess, free_port
+from tests.surfaces.spark_cluster import spark_home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _connect_jar() -> Path:
+    found = sorted(jars_dir().glob("spark-connect_2.12-*.jar"))
+    # Maven Central has the 3.5 plugin up to 3.5.7, which serves PySpark 3.5.9's Spark.
+    assert found, (
+        f"no spark-connect_2.12 jar in {jars_dir()}: fetch "
+        "org.apache.spark:spark-connect_2.12:3.5.7 from Maven Central into it"
+    )
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server with Iceberg's runtime and SQL extensions, on loopback."""
+    port = free_port()
+    jars = [_connect_jar(), iceberg_runtime_jar(), SQLITE_JDBC_JAR]
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        NANOS_AS_LONG: "true",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    args = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--jars",
+        ",".join(str(j) for j in jars),
+        *(item for key, value in conf.items() for item in ("--conf", f"{key}={value}")),
+        "spark-internal",
+    ]
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    env = {**os.environ, "SPARK_HOME": str(spark_home())}
+    with ServerProcess("spark-connect", args, log, env=env, own_group=True) as server:
+        server.wait_ready(
+            lambda: "Spark Connect server started" in server.log_text(), timeout=240
+        )
+        yield f"sc://127.0.0.1:{port}"
+
+
+def _session(url: str, lh: Lakehouse) -> SparkSession:
+    """A Connect client session with the lakehouse's catalog registered on it."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in spark_catalog_conf(lh.config.catalog).items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def _client_main(config_path: str, url: str, create_v3: str) -> None:
+    """A client process: (the v3 table made first, if asked) one forced WAL compaction;
+    prints its outcome, or its error, and whether a JVM was started in this process."""
+    from pyspark import SparkContext
+
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+
+    path = Path(config_path)
+    config = load_config(path)
+    lh = Lakehouse(path.parent, path, config, open_catalog(config.catalog))
+    ref = TableRef.parse(TABLE)
+    if create_v3 == "v3":
+        _session(url, lh).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
+            f"CREATE TABLE {ref.spark_identifier(config.catalog.name)} (id BIGINT, "
+            "service STRING, timestamp TIMESTAMP, body STRING) USING iceberg "
+            "PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
+        )
+    report: dict[str, Any] = {}
+    try:
+        outcome = compact_wal(
+            lambda: _session(url, lh),
+            config.catalog.name,
+            ref,
+            lh.table(TABLE),
+            configured_wal_root(config),
+            config.for_table(TABLE).compaction,
+            force=True,
+        )
+        report.update(status=outcome.status, details=outcome.details, output=outcome.output)
+    except OperationError as exc:
+        report.update(status="error", details=str(exc))
+    # py4j's gateway is how pyspark starts a JVM in its own process.
+    report["jvm_here"] = SparkContext._gateway is not None
+    print(json.dumps(report, default=str))
+
+
+def _client(
+    lh: Lakehouse, url: str, *, kill_at: str | None = None, create_v3: bool = False
+) -> dict[str, Any]:
+    """Run :func:`_client_main` in a fresh interpreter; its report, or ``{"killed": True}``."""
+    script = (
+        "import sys; from tests.surfaces.test_wal_over_connect import _client_main; "
+        "_client_main(*sys.argv[1:])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != KILL_AT_ENV}
+    env["PYTHONPATH"] = str(Path(__file__).parents[2])
+    if kill_at is not None:
+        env[KILL_AT_ENV] = kill_at
+    args = [str(lh.config_path), url, "v3" if create_v3 else "-"]
+    child = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if kill_at is not None:
+        assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+        return {"killed": True}
+    assert child.returncode == 0, child.stdout + child.stderr[-3000:]
+    report: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    assert report["jvm_here"] is False, report
+    return report
+
+
+def _rows(lh: Lakehouse) -> Counter[tuple[Any, ...]]:
+    """The table's rows read by pyiceberg, as :func:`as_rows` spells them."""
+    return as_rows(lh.table(TABLE).scan().to_arrow())
+
+
+@pytest.fixture
+def lh(lakehouse_factory: LakehouseFactory) -> Lakehouse:
+    lakehouse = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lakehouse.add_table(TABLE, appends=2)
+    return lakehouse
+
+
+def test_a_wal_batch_lands_once_through_spark_connect_with_no_jvm_in_the_client(
+    connect_url: str, lh: Lakehouse
+) -> None:
+    expected = _rows(lh) + fill_wal(lh, files=5)
+
+    report = _client(lh, connect_url)
+
+    assert report["status"] == "completed", report
+    assert report["output"]["wal_files_ingested"] == 5
+    assert _rows(lh) == expected
+    assert lh.wal_files(TABLE) == []
+    table = lh.table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary[BATCH_PROPERTY] == report["output"]["batch_id"]
+    assert LEDGER_PROPERTY in table.properties
+    assert set(table.metadata.refs) == {"main"}  # the staging branch went with the commit
+    # The published files keep the statistics Spark wrote (scan planning prunes on them).
+    added = [
+        e.data_file
+        for m in snapshot.manifests(table.io)
+        if m.added_snapshot_id == snapshot.snapshot_id
+        for e in m.fetch_manifest_entry(table.io)
+    ]
+    assert added and all(f.lower_bounds and f.upper_bounds and f.value_counts for f in added)
+
+
+@pytest.mark.parametrize("point", CHECKPOINTS)
+def test_the_client_killed_9_at_any_step_then_a_rerun_ingests_exactly_once(
+    connect_url: str, lh: Lakehouse, point: str
+) -> None:
+    expected = _rows(lh) + fill_wal(lh, files=4)
+    _client(lh, connect_url, kill_at=point)
+
+    report = _client(lh, connect_url)
+
+    assert report["status"] in ("completed", "skipped"), report
+    assert _rows(lh) == expected
+    assert lh.wal_files(TABLE) == []
+    assert not [r for r in lh.table(TABLE).metadata.refs if r.startswith(STAGING_PREFIX)]
+
+
+def test_a_format_v3_table_is_refused_over_connect_before_anything_is_written(
+    connect_url: str, lakehouse_factory: LakehouseFactory
+) -> None:
+    """pyiceberg writes no format-version 3 snapshot: over Connect (no Java API in the
+    process) the op fails saying so, and every WAL file waits, none quarantined."""
+    lh = lakehouse_factory(maintain=WAL_RULES, wal=True)
+    lh.catalog.create_namespace_if_not_exists("lakehouse")
+    fill_wal(lh, files=4)
+    waiting = lh.wal_files(TABLE)
+
+    report = _client(lh, connect_url, create_v3=True)
+
+    assert report["status"] == "error", report
+    assert "format-version 3" in report["details"]
+    assert "local Spark session" in report["details"]
+    assert lh.wal_files(TABLE) == waiting
+    assert quarantined_files(configured_wal_root(lh.config), TableRef.parse(TABLE)) == []
+    table = lh.table(TABLE)
+    assert table.format_version == 3
+    assert table.metadata.snapshots == []
+    assert not table.metadata.refs
