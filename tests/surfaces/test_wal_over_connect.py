@@ -1,7 +1,7 @@
 """WAL compaction as a thin Spark Connect client: no JVM in the client's process (issue 40).
 
-A real Spark Connect server with Iceberg runs on loopback (pyspark's own Spark, the
-``spark-connect`` plugin and Iceberg's runtime from set-up's jars folder); the test's
+The test session's Spark Connect server with Iceberg runs on loopback (pyspark's own
+Spark, the ``spark-connect`` plugin and Iceberg's runtime from set-up's jars folder); the test's
 process only speaks gRPC to it. Spark reads the WAL and writes the batch on the server;
 the publish is pyiceberg's one catalog commit. The assertions are the local path's:
 every row once, the WAL files deleted only after the commit, the client killed -9 at
@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,60 +35,19 @@ from icegate_dagster.maintenance.wal import (
     configured_wal_root,
     quarantined_files,
 )
-from icegate_dagster.spark.catalog_conf import spark_catalog_conf
-from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS, NANOS_AS_LONG
-from icegate_dagster.spark.jars import SQLITE_JDBC_JAR, iceberg_runtime_jar, jars_dir
+from icegate_dagster.spark.remote import session_settings, set_session_settings
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, as_rows, fill_wal
 from tests.lakehouse import Lakehouse, LakehouseFactory
-from tests.servers import ServerProcess, free_port
-from tests.surfaces.spark_cluster import spark_home
+from tests.surfaces.spark_connect_server import ConnectServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _connect_jar() -> Path:
-    found = sorted(jars_dir().glob("spark-connect_2.12-*.jar"))
-    # Maven Central has the 3.5 plugin up to 3.5.7, which serves PySpark 3.5.9's Spark.
-    assert found, (
-        f"no spark-connect_2.12 jar in {jars_dir()}: fetch "
-        "org.apache.spark:spark-connect_2.12:3.5.7 from Maven Central into it"
-    )
-    return found[-1]
-
-
-@pytest.fixture(scope="module")
-def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Spark Connect server with Iceberg's runtime and SQL extensions, on loopback."""
-    port = free_port()
-    jars = [_connect_jar(), iceberg_runtime_jar(), SQLITE_JDBC_JAR]
-    conf = {
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.sql.extensions": ICEBERG_EXTENSIONS,
-        "spark.sql.session.timeZone": "UTC",
-        NANOS_AS_LONG: "true",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "4",
-    }
-    args = [
-        str(spark_home() / "bin" / "spark-submit"),
-        "--class",
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master",
-        "local[2]",
-        "--jars",
-        ",".join(str(j) for j in jars),
-        *(item for key, value in conf.items() for item in ("--conf", f"{key}={value}")),
-        "spark-internal",
-    ]
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    env = {**os.environ, "SPARK_HOME": str(spark_home())}
-    with ServerProcess("spark-connect", args, log, env=env, own_group=True) as server:
-        server.wait_ready(
-            lambda: "Spark Connect server started" in server.log_text(), timeout=240
-        )
-        yield f"sc://127.0.0.1:{port}"
+@pytest.fixture
+def connect_url(spark_connect: ConnectServer) -> str:
+    """The test session's Spark Connect server (tests/surfaces/conftest.py)."""
+    return spark_connect.url
 
 
 def _session(url: str, lh: Lakehouse) -> SparkSession:
@@ -97,8 +55,8 @@ def _session(url: str, lh: Lakehouse) -> SparkSession:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(url).getOrCreate()
-    for key, value in spark_catalog_conf(lh.config.catalog).items():
-        spark.conf.set(key, value)
+    # What a run sets on its session: the catalog, UTC, nanoseconds as longs.
+    set_session_settings(spark, session_settings(lh.config, {}))
     return spark
 
 
