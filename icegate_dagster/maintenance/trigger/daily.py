@@ -59,7 +59,7 @@ class DailyPass:
 
     def summary(self, shown: int = 10) -> str:
         """One line for the tick's skip reason or log."""
-        tables = len(self.requested) + len(self.looked_at)
+        tables = len(self.requested) + len(self.looked_at) - len(self.not_looked_at)
         due = [r.table for r in self.requested]
         head = f"{tables} tables looked at, " + (
             f"{len(due)} due: " + "; ".join(due[:shown]) + ("; ..." if len(due) > shown else "")
@@ -170,6 +170,9 @@ def plan_daily_pass(
             looked_at.append(_rows(table, operations, "failed", error, None, at))
         elif table in excluded:
             why = f"excluded from maintenance: {excluded[table]}"
+            looked_at.append(_rows(table, operations, "skipped", why, stats_of(seen.health), at))
+        elif table in busy:
+            why = f"not asked for today: {busy[table]}"
             looked_at.append(_rows(table, operations, "skipped", why, stats_of(seen.health), at))
         elif table in skipped:
             skip = skipped[table]
