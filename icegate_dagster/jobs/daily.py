@@ -103,7 +103,11 @@ def daily_tick(
                 f"cannot read the trigger's memory: {describe_error(exc, tick.scrub)}"
             )
     busy = tick.busy(partitions)
-    tick.count_lost(memory, busy)
+    lost = tick.count_lost(memory, busy)
+    if lost:
+        tick.warnings.append(
+            f"{len(lost)} requests no run answered, counted as failures: " + "; ".join(lost[:10])
+        )
     # The daily pass serves every due table it may: the sensors' per-evaluation budget
     # (a tick every 30 s) is no bound on a pass made once a day.
     unbounded = config.trigger.model_copy(
