@@ -15,6 +15,8 @@ import dagster as dg
 from icegate_dagster.assets.trigger_state import simulated_clock
 from icegate_dagster.jobs.maintenance import daily_maintenance
 from icegate_dagster.maintenance import Maintainer, TableRef
+from icegate_dagster.maintenance.log.upkeep import LOG_TABLE_SMALL_FILES
+from icegate_dagster.maintenance.results import OpResult
 from icegate_dagster.resources import LakehouseResource
 from tests.dagster.conftest import BUSY, IDLE, OLD, health_lakehouse, run_request
 from tests.lakehouse import Lakehouse, LakehouseFactory
@@ -65,3 +67,25 @@ def test_a_day_maintains_the_due_tables_and_the_next_day_asks_for_nothing(
         (t, op) for t in tables for op in full[t]
     )
     assert {r["status"] for r in next_rows} == {"skipped"}
+
+
+def test_the_log_tables_upkeep_run_compacts_the_daily_rows(
+    lakehouse_factory: LakehouseFactory, instance: dg.DagsterInstance
+) -> None:
+    """An idle lakehouse whose log holds more small files than its upkeep allows (the tick
+    appends one a day): the tick's run of no table compacts the log, and keeps its rows."""
+    lh = lakehouse_factory()
+    lh.add_table("lakehouse.a", appends=1, services=("api",))
+    writer = Maintainer(lh.config).log
+    for day in range(LOG_TABLE_SMALL_FILES + 1):
+        writer.write([OpResult("lakehouse.a", "optimize", "skipped", f"day {day}", None, None, 0)])
+    rows = len(lh.log_rows())
+
+    [request] = _tick(lh, instance, DAY)
+    result = run_request(request, lh, instance)
+
+    assert result.success
+    log = lh.table(lh.config.log_table)
+    assert len(log.inspect.files()) == 1
+    ops = Maintainer(lh.config).operations_for(TableRef.parse("lakehouse.a"))
+    assert len(lh.log_rows()) == rows + len(ops)  # the tick's rows of lakehouse.a, kept
