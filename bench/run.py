@@ -7,7 +7,9 @@ Usage::
                                   [--quick] [--timeout S] [--keep]
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
-sensor, health_sensor, monitoring, scale, query, batching, daemon, peers, requests.
+sensor, health_sensor, monitoring, scale, query, batching, daemon, schedule, peers,
+requests. ``schedule`` is the daily schedule's day at 1,000 tables (10 due) against one
+CLI pass: runs and JVMs started, wall time.
 ``requests`` counts object-store requests by kind through a proxy in front of SeaweedFS
 (``bench.object_store``). ``peers``
 installs iceberg-zamboni in its own venv under ``.bench/peers/`` and runs W1 and W2 with
@@ -53,7 +55,13 @@ from bench.harness import REPO, Figure, Settings, summary_table
 from bench.object_store import bench_requests
 from bench.passes import bench_full_pass, bench_healthy, bench_scale_compaction, bench_wal_ingest
 from bench.peers import bench_peers
-from bench.triggers import bench_batching, bench_daemon, bench_health_sensor, bench_sensor
+from bench.triggers import (
+    bench_batching,
+    bench_daemon,
+    bench_health_sensor,
+    bench_schedule,
+    bench_sensor,
+)
 
 BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "full_pass": bench_full_pass,
@@ -68,6 +76,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "query": bench_query,
     "batching": bench_batching,
     "daemon": bench_daemon,
+    "schedule": bench_schedule,
     "peers": bench_peers,
     "requests": bench_requests,
 }

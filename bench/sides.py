@@ -27,6 +27,12 @@ Sides:
   maintain it, time them again (one warm JVM: a single-side before/after figure).
 * ``dagster_run CONFIG KEY[,KEY...]``: one Dagster ``maintenance_job`` run over the
   tables, in this process (as a run launcher makes it).
+* ``schedule_tick CONFIG OUT``: one tick of ``daily_maintenance`` on a fresh instance (no
+  earlier look: every table is read), timed in-process, its run requests' configs and tags
+  written to ``OUT`` (JSON) for ``batch_run``; then the next day's tick in the same process
+  (every look fresh); the log rows each wrote.
+* ``batch_run CONFIG REQUESTS INDEX``: the ``INDEX``-th run request of ``REQUESTS`` as the
+  daemon launches it: ``maintenance_batch_job`` with its config and tags, in this process.
 * ``scrape CONFIG``: ``icegate-maintain serve``'s exporter in this process, as after a
   restart: its first refresh (the looks stored by the trigger), a scrape of ``/metrics``,
   a steady refresh (nothing changed), scrapes from the cached figures, ``/health``.
@@ -295,6 +301,77 @@ def dagster_run(config_path: str, joined_keys: str) -> None:
     _emit({"tables": len(keys)})
 
 
+def schedule_tick(config_path: str, out: str) -> None:
+    import dagster as dg
+
+    from icegate_dagster.catalog import open_catalog
+    from icegate_dagster.config import load_config
+    from icegate_dagster.jobs.daily import daily_run_id
+    from icegate_dagster.jobs.maintenance import daily_maintenance
+    from icegate_dagster.maintenance.identifiers import TableRef
+    from icegate_dagster.maintenance.log.writer import read_log
+    from icegate_dagster.resources import LakehouseResource
+
+    config = load_config(config_path)
+    figures: dict[str, Any] = {}
+    first = datetime.now(UTC).replace(microsecond=0)
+    with dg.instance_for_test() as instance:
+        # The day's tick, then the next day's in the same process (a code server keeps the
+        # looks: the health sensor's, or this tick's): nothing changed, every look fresh.
+        for name, scheduled in (("tick", first), ("steady", first + timedelta(days=1))):
+            context = dg.build_schedule_context(
+                instance=instance,
+                resources={"lakehouse": LakehouseResource(config_path=config_path)},
+                scheduled_execution_time=scheduled,
+            )
+            started = time.perf_counter()
+            result = daily_maintenance(context)
+            requests = [] if isinstance(result, dg.SkipReason) else list(result or [])
+            figures[f"{name}_s"] = time.perf_counter() - started
+            rows = read_log(
+                open_catalog(config.catalog),
+                TableRef.parse(config.log_table),
+                run_id=daily_run_id(scheduled),
+            )
+            figures[f"{name}_rows"] = len(rows)
+            figures[f"{name}_not_looked_at"] = len(
+                {r["table_name"] for r in rows if r["details"].startswith("not looked at")}
+            )
+            if name == "tick":
+                figures["runs"] = len(requests)
+                figures["tables_requested"] = sum(
+                    len(r.run_config["ops"]["plan_batch"]["config"]["tables"]) for r in requests
+                )
+                Path(out).write_text(
+                    json.dumps([{"run_config": r.run_config, "tags": r.tags} for r in requests])
+                )
+    _emit(figures)
+
+
+def batch_run(config_path: str, requests_file: str, index: str) -> None:
+    import dagster as dg
+
+    from icegate_dagster.assets.names import BATCH_JOB
+    from icegate_dagster.definitions import defs
+    from icegate_dagster.resources import LakehouseResource, SparkResource
+
+    request = json.loads(Path(requests_file).read_text())[int(index)]
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance,
+            run_config=request["run_config"],
+            tags=request["tags"],
+            resources={
+                "lakehouse": LakehouseResource(config_path=config_path),
+                "spark": SparkResource(),
+            },
+            raise_on_error=False,
+        )
+    if not result.success:
+        raise SystemExit(f"the daily schedule's run {index} failed")
+    _emit({"tables": len(request["run_config"]["ops"]["plan_batch"]["config"]["tables"])})
+
+
 def scale(config_path: str, keys_file: str, changed: str) -> None:
     """The trigger's sensors over a large lakehouse in one fresh process, as the daemon
     runs them (events stored in the instance, cursors kept): discovery on a fresh instance;
@@ -489,6 +566,8 @@ SIDES: dict[str, Callable[..., None]] = {
     "scale": scale,
     "query": query,
     "dagster_run": dagster_run,
+    "schedule_tick": schedule_tick,
+    "batch_run": batch_run,
     "scrape": scrape,
 }
 

@@ -2,8 +2,9 @@
 
 ``sensor`` (discovery and WAL sizing over 1,000 tables), ``health_sensor`` (the health
 trigger's ticks over 1,000 tables and the events they record), ``batching`` (one
-multi-partition run against a run per table) and ``daemon`` (Dagster's daemon alone
-bringing due tables to health against one cold ``icegate-maintain run``).
+multi-partition run against a run per table), ``daemon`` (Dagster's daemon alone
+bringing due tables to health against one cold ``icegate-maintain run``) and ``schedule``
+(the daily schedule's day at 1,000 tables, 10 due, against one CLI pass).
 """
 
 from __future__ import annotations
@@ -309,3 +310,128 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
         cli.discard()
         dmn.discard()
     return figures
+
+
+def bench_schedule(work: Path, settings: Settings) -> list[Figure]:
+    """The daily schedule's whole day at 1,000 tables, 10 of them due (15 small files each),
+    against one cold ``icegate-maintain run`` over an identical lakehouse: runs started, JVMs
+    started, wall time. The day is the schedule's tick (a fresh process and instance, no
+    earlier look: every table read) and each run it requests, as the daemon launches it
+    (its own fresh process); the pass is one process."""
+    healthy, due = settings.pick((990, 10), (45, 5))
+    count = healthy + due
+
+    def build(root: Path) -> list[str]:
+        lake = make_lakehouse(root, "bench_schedule")
+        keys = fixtures.healthy_tables(lake, healthy)
+        catalog = lake.catalog()
+        for t in range(due):
+            table = catalog.create_table(
+                (fixtures.NAMESPACE, f"busy{t:03d}"), fixtures.arrow_schema()
+            )
+            for f in range(15):
+                table.append(fixtures.rows(f * 20, 20))
+            keys.append(f"{fixtures.NAMESPACE}.busy{t:03d}")
+        return keys
+
+    day = built(f"schedule side, {count} tables", lambda: Template(work / "day", build))
+    cli = built(f"CLI side, {count} tables", lambda: Template(work / "pass", build))
+
+    def run_day() -> Sample:
+        root = day.restore()
+        requests = root / "requests.json"
+        argv = bench_side("schedule_tick", root / "icegate.yaml", requests)
+        tick = cold(settings, "daily_maintenance tick", argv, work, side_json)
+        if tick.data["tables_requested"] != due:
+            raise ValueError(f"the tick asked for {tick.data['tables_requested']} of {due} due")
+        runs = [
+            cold(
+                settings,
+                f"daily run {index}",
+                bench_side("batch_run", root / "icegate.yaml", requests, index),
+                work,
+                side_json,
+            )
+            for index in range(int(tick.data["runs"]))
+        ]
+        samples = [tick, *runs]
+        return Sample(
+            sum(s.seconds for s in samples),
+            max(s.peak_mb for s in samples),
+            any(s.jvm for s in samples),
+            {
+                "runs": len(runs),
+                "jvms": sum(1 for s in samples if s.jvm),
+                "tick_s": tick.seconds,
+                "tick_in_process_s": tick.data["tick_s"],
+                "tick_jvm": int(tick.jvm),
+                "rows": tick.data["tick_rows"],
+                "not_looked_at": tick.data["tick_not_looked_at"],
+                "steady_s": tick.data["steady_s"],
+                "steady_not_looked_at": tick.data["steady_not_looked_at"],
+            },
+        )
+
+    def run_cli() -> Sample:
+        root = cli.restore()
+        argv = icegate("run", "--config", root / "icegate.yaml", "--json")
+        sample = cold(settings, f"icegate-maintain run ({count} tables)", argv, work)
+        return Sample(sample.seconds, sample.peak_mb, sample.jvm, {"jvms": int(sample.jvm)})
+
+    a, b = alternate([Side("schedule day", run_day), Side("CLI pass", run_cli)], settings.reps)
+    runs, jvms = a.median("runs"), a.median("jvms")
+    cli_jvms = b.median("jvms")
+    # What the schedule planned before (every partition, 25 a run): for comparison only.
+    before = -(-count // 25)
+    return [
+        Figure(
+            f"schedule_day_{count}_wall",
+            a.seconds,
+            b.seconds,
+            "s",
+            "<= 1.5x",
+            a.seconds <= 1.5 * b.seconds,
+            note(
+                settings.reps,
+                a,
+                b,
+                extra=f"{count} tables, {due} due; the day: tick "
+                f"{a.median('tick_s'):.1f}s (process; {a.median('tick_in_process_s'):.1f}s "
+                f"in it, JVM {'yes' if a.median('tick_jvm') else 'no'}, "
+                f"{a.median('rows'):g} log rows written, "
+                f"{a.median('not_looked_at'):g} tables not looked at) + {runs:g} run(s)",
+            ),
+        ),
+        Figure(
+            f"schedule_tick_{count}_steady",
+            a.median("steady_s"),
+            None,
+            "s",
+            "within maintain.trigger.tick_deadline (30 s), every table looked at",
+            a.median("steady_s") < 30 and a.median("steady_not_looked_at") == 0,
+            "the next day's tick in the same process, the looks fresh (as the health sensor "
+            f"keeps them in the code server): {a.median('steady_not_looked_at'):g} tables not "
+            "looked at; its log rows included",
+        ),
+        Figure(
+            f"schedule_day_{count}_runs",
+            runs,
+            1.0,
+            "runs",
+            f"ceil({due} due / tables_per_run) (was {before})",
+            runs == -(-due // 100),
+            f"runs the tick requested for {due} due tables of {count} (maintain.trigger."
+            f"tables_per_run 100); the schedule before planned {before} runs of 25 tables; "
+            "the baseline is the CLI pass's one process",
+        ),
+        Figure(
+            f"schedule_day_{count}_jvms",
+            jvms,
+            cli_jvms,
+            "JVMs",
+            "<= the CLI pass's",
+            jvms <= cli_jvms,
+            "processes of the day with a java child (the tick none: it reads metadata with "
+            "pyiceberg) vs the CLI pass's",
+        ),
+    ]

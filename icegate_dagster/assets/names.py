@@ -33,6 +33,9 @@ CLI_RUN_TAG = "icegate/cli_run_id"
 #: The sensors that request maintenance runs.
 HEALTH_SENSOR = "table_health_sensor"
 WAL_SENSOR = "wal_size_sensor"
+#: The schedule that maintains the tables found due once a day (its runs are the sensors'
+#: job's, tagged and keyed as theirs).
+DAILY_SCHEDULE = "daily_maintenance"
 #: The job the sensors request, and the op whose config lists its tables.
 BATCH_JOB = "maintenance_batch_job"
 BATCH_PLAN = "plan_batch"

@@ -464,7 +464,7 @@ class TriggerSettings(_Settings):
         default=100,
         ge=1,
         le=1000,
-        description="tables the health and WAL sensors put in one run of "
+        description="tables the health and WAL sensors and the daily schedule put in one run of "
         "`maintenance_batch_job`: one process and one Spark session for all of them, each "
         "table doing its own due operations; more tables than that make several runs of even "
         "size. Every run pays a cold JVM and Dagster's set-up, so fewer, larger runs cost "

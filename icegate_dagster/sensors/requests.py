@@ -22,6 +22,7 @@ import dagster as dg
 
 from icegate_dagster.assets.names import (
     BATCH_JOB,
+    DAILY_SCHEDULE,
     HEALTH_SENSOR,
     STATE_TAG,
     TABLE_TAG,
@@ -33,8 +34,8 @@ from icegate_dagster.assets.runs import BatchEntry, batch_run_config
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.store import TriggerMemory
 
-#: How each sensor's run keys begin.
-RUN_KEY_PREFIXES = {HEALTH_SENSOR: "health", WAL_SENSOR: "wal"}
+#: How each sensor's (and the daily schedule's) run keys begin.
+RUN_KEY_PREFIXES = {HEALTH_SENSOR: "health", WAL_SENSOR: "wal", DAILY_SCHEDULE: "daily"}
 
 
 def split_evenly(count: int, per_run: int) -> list[int]:

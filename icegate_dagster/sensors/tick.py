@@ -45,9 +45,14 @@ class Tick(TriggerState):
     deadline: float = math.inf
 
     @classmethod
-    def start(cls, context: dg.SensorEvaluationContext, lakehouse: LakehouseResource) -> Tick:
+    def start(
+        cls,
+        context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext,
+        lakehouse: LakehouseResource,
+    ) -> Tick:
         """Open the stores and read the clock; the deadline starts now, and the memory
-        waits for a lock until shortly before it at most."""
+        waits for a lock until shortly before it at most (a sensor's tick, or the daily
+        schedule's: Dagster cancels either at 60 s)."""
         started = time.monotonic()
         config = lakehouse.config()
         limit = config.trigger.tick_deadline.total_seconds()

@@ -113,19 +113,25 @@ class LogTableMaintainer(Protocol):
     def run_op(self, ref: TableRef, operation: str) -> OpResult: ...
 
 
-def maintain_log_table(maintainer: LogTableMaintainer) -> list[OpResult]:
-    """Keep the log table from rotting: run the operations it is due for
-    (:func:`due_operations`); an absent log table needs nothing."""
+def log_table_due(maintainer: LogTableMaintainer) -> list[str] | None:
+    """The operations the log table is due for (:func:`due_operations`), from its metadata
+    (no JVM); None when there is no log table yet."""
     ref = maintainer.log_table
     try:
         table = maintainer.load(ref)
         stats = maintainer.stats(ref, table)
     except TableNotFoundError:
-        return []
+        return None
     rule = maintainer.settings(ref).retention
     try:
         history_due = rows_past_history(table, rule, datetime.now(UTC)) is not None
     except Exception:  # unreadable bounds: the retention operation finds out itself
         history_due = rule is not None
-    due = due_operations(stats, history_due)
-    return [maintainer.run_op(ref, operation) for operation in due]
+    return due_operations(stats, history_due)
+
+
+def maintain_log_table(maintainer: LogTableMaintainer) -> list[OpResult]:
+    """Keep the log table from rotting: run the operations it is due for
+    (:func:`log_table_due`); an absent log table needs nothing."""
+    due = log_table_due(maintainer)
+    return [maintainer.run_op(maintainer.log_table, operation) for operation in due or ()]

@@ -13,12 +13,15 @@ that pick which due tables to maintain now.
 - :mod:`.look`: what changed since the last look: the catalog's tables and each one's
   health, re-read only where it may have changed (the sensors and the exporter read it);
 - :mod:`.decision`: the decision over one look, taking the clock and the settings, and the
-  one lakehouse report the sensor and the ``lakehouse_health`` asset both record.
+  one lakehouse report the sensor and the ``lakehouse_health`` asset both record;
+- :mod:`.daily`: the daily schedule's pass from one look and decision: the tables that get
+  a run, and the log rows of the others (pure).
 
 May import: ``config``, ``errors``, ``catalog`` (secret masking), :mod:`..sql_store`,
 :mod:`..health` (the health summary it stores and selects on), and for the look and the
 decision :mod:`..identifiers`, :mod:`..discovery`, :mod:`..sharing`, :mod:`..wal` and
-:mod:`..ops` (the registry, the ``gc.enabled`` gate). Never Dagster or presentation, nor
+:mod:`..ops` (the registry, the ``gc.enabled`` gate); for the daily pass :mod:`..results`
+(the log rows it writes for the tables looked at). Never Dagster or presentation, nor
 :mod:`..leases`, :mod:`..maintainer` (the look reads through a protocol a ``Maintainer``
 meets).
 """

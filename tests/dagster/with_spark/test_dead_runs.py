@@ -369,7 +369,7 @@ def test_the_healer_leaves_another_code_locations_runs_alone(
 
 
 def test_sensor_and_schedule_runs_carry_a_max_runtime_from_the_config(
-    lh: Lakehouse, instance: dg.DagsterInstance
+    lh: Lakehouse, instance: dg.DagsterInstance, lakehouse_factory: LakehouseFactory
 ) -> None:
     """A run that hangs (a worker alive but making no progress) holds the only maintenance
     slot: Dagster's run monitoring fails it past ``dagster/max_runtime``, which every run
@@ -387,9 +387,17 @@ def test_sensor_and_schedule_runs_carry_a_max_runtime_from_the_config(
         lh.write_wal(ingest, lh.table(ingest).scan().to_arrow().slice(0, 2), f"w-{i}.parquet")
     wal = _tick(lh, instance, wal_size_sensor)
     assert isinstance(wal, dg.SensorResult) and wal.run_requests
+    # The schedule asks for no table a sensor asked for already: its own lakehouse, alike.
+    nightly = lakehouse_factory(
+        maintain={
+            "locks": {"lease": f"{LEASE_S:g}s", "stuck_after": "3h"},
+            "health": {"small_files": 5},
+        }
+    )
+    nightly.add_table(BUSY, appends=6)
     context = dg.build_schedule_context(
         instance=instance,
-        resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
+        resources={"lakehouse": LakehouseResource(config_path=str(nightly.config_path))},
         scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
     )
     schedule = daily_maintenance(context)
