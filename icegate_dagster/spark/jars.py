@@ -1,12 +1,14 @@
 """The jars Spark's driver needs, found before its JVM starts.
 
 Iceberg's Spark runtime, Iceberg's AWS bundle and Hadoop's S3A with its AWS SDK are Maven
-Central's own jars, pinned by coordinates and SHA-256 in ``jars.lock`` and fetched once by
-``scripts/setup.sh`` into :data:`SETUP_JARS_DIR` (or the folder ``ICEGATE_SPARK_JARS_DIR``
-names: an air-gapped host's own copy). Nothing is downloaded when a session starts. A
-user's ``spark.jars`` or ``spark.jars.packages`` naming a runtime wins. The JDBC driver of
-a SQL catalog is Debian's. A lakehouse in S3 gets the S3 jars too (:func:`default_jars`);
-what its catalog needs on Spark's side, and the refusal without them: :mod:`.s3_file_io`.
+Central's own jars, pinned by coordinates and SHA-256 in the running Spark line's lock
+(:mod:`.line`: ``jars.lock`` for 3.5, ``jars-spark4.lock`` for 4.1) and fetched once by
+``scripts/setup.sh`` (``--spark4`` for the 4.1 line) into :data:`SETUP_JARS_DIR` (or the
+folder ``ICEGATE_SPARK_JARS_DIR`` names: an air-gapped host's own copy). Nothing is
+downloaded when a session starts. A user's ``spark.jars`` or ``spark.jars.packages`` naming
+a runtime wins. The JDBC driver of a SQL catalog is Debian's. A lakehouse in S3 gets the S3
+jars too (:func:`default_jars`; the 3.5 line's lock pins them, the 4.1 line's not yet); what
+its catalog needs on Spark's side, and the refusal without them: :mod:`.s3_file_io`.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from pathlib import Path
 from icegate_dagster.catalog import catalog_kind
 from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
+from icegate_dagster.spark.line import SparkLine, running_line
 from icegate_dagster.spark.s3_file_io import CLASSPATH_KEYS, S3_SCHEMES, s3_usage
 
 #: Where ``scripts/setup.sh`` puts the pinned jars: beside the installed packages.
 SETUP_JARS_DIR = Path(sys.prefix) / "share" / "icegate" / "jars"
 #: A folder of jars that replaces :data:`SETUP_JARS_DIR` (set-up fetches into it too).
 JARS_DIR_ENV = "ICEGATE_SPARK_JARS_DIR"
-RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
 AWS_BUNDLE_ARTIFACT = "iceberg-aws-bundle"
 #: Spark's own S3 file system (S3A) and the AWS SDK it is built against.
 S3A_ARTIFACTS = ("hadoop-aws", "aws-java-sdk-bundle")
@@ -42,7 +44,7 @@ POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 @dataclass(frozen=True)
 class PinnedJar:
-    """One line of ``jars.lock``: a jar by its Maven coordinates and SHA-256."""
+    """One line of a jars lock: a jar by its Maven coordinates and SHA-256."""
 
     group: str
     artifact: str
@@ -58,9 +60,10 @@ class PinnedJar:
         return f"{self.artifact}-{self.version}.jar"
 
 
-def pinned_jars() -> list[PinnedJar]:
-    """The jars of ``jars.lock``, in its order."""
-    text = (resources.files("icegate_dagster.spark") / "jars.lock").read_text()
+def pinned_jars(line: SparkLine | None = None) -> list[PinnedJar]:
+    """The jars of ``line``'s lock (the running line's by default), in its order."""
+    line = line or running_line()
+    text = (resources.files("icegate_dagster.spark") / line.lock).read_text()
     pins = []
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
@@ -71,9 +74,9 @@ def pinned_jars() -> list[PinnedJar]:
     return pins
 
 
-def _pin(artifact: str) -> PinnedJar:
-    [pin] = [p for p in pinned_jars() if p.artifact == artifact]
-    return pin
+def _pin(artifact: str, line: SparkLine | None = None) -> PinnedJar | None:
+    found = [p for p in pinned_jars(line) if p.artifact == artifact]
+    return found[0] if found else None
 
 
 def jars_dir() -> Path:
@@ -82,13 +85,14 @@ def jars_dir() -> Path:
     return Path(chosen).expanduser() if chosen else SETUP_JARS_DIR
 
 
-def _find_jar(artifact: str) -> Path | None:
-    """``artifact``'s jar in :func:`jars_dir`: the pinned version when it is there, else the
-    one version present (several: refused, rather than one picked by its name)."""
+def _find_jar(artifact: str, line: SparkLine | None = None) -> Path | None:
+    """``artifact``'s jar in :func:`jars_dir`: the version ``line``'s lock pins when it is
+    there, else the one version present (several: refused, rather than one picked by its
+    name)."""
     folder = jars_dir()
-    pinned = folder / _pin(artifact).file_name
-    if pinned.is_file():
-        return pinned
+    pin = _pin(artifact, line)
+    if pin is not None and (folder / pin.file_name).is_file():
+        return folder / pin.file_name
     found = sorted(folder.glob(f"{artifact}-[0-9]*.jar"))
     if len(found) > 1:
         raise SparkStartError(
@@ -97,16 +101,20 @@ def _find_jar(artifact: str) -> Path | None:
     return found[0] if found else None
 
 
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar in :func:`jars_dir`; a clear error when it is missing."""
-    jar = _find_jar(RUNTIME_ARTIFACT)
+def iceberg_runtime_jar(line: SparkLine | None = None) -> Path:
+    """The Iceberg Spark runtime jar of ``line`` (the running PySpark's by default) in
+    :func:`jars_dir`; a clear error naming the set-up command when it is missing."""
+    line = line or running_line()
+    jar = _find_jar(line.runtime_artifact, line)
     if jar is None:
-        pin = _pin(RUNTIME_ARTIFACT)
+        pin = _pin(line.runtime_artifact, line)
+        assert pin is not None, f"{line.lock} pins no {line.runtime_artifact}"
         raise SparkStartError(
-            f"no {RUNTIME_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh (it fetches "
-            f"{pin.coordinates} from Maven Central), put {pin.file_name} in the folder "
-            f"{JARS_DIR_ENV} names, or name a runtime in spark.conf spark.jars.packages "
-            "(or its jar in spark.jars)"
+            f"no {line.runtime_artifact} jar in {jars_dir()}: run {line.setup_command} (it "
+            f"fetches {pin.coordinates} from Maven Central; PySpark {line.spark} needs "
+            f"Iceberg's runtime for Spark {line.spark}, Scala {line.scala}), put "
+            f"{pin.file_name} in the folder {JARS_DIR_ENV} names, or name a runtime in "
+            "spark.conf spark.jars.packages (or its jar in spark.jars)"
         )
     return jar
 
@@ -166,9 +174,12 @@ def iceberg_version(conf: Mapping[str, str]) -> str:
         match = _RUNTIME_VERSION.search(conf.get(key, ""))
         if match:
             return match.group(1)
-    jar = _find_jar(RUNTIME_ARTIFACT)
+    line = running_line()
+    jar = _find_jar(line.runtime_artifact, line)
     if jar is None:
-        return _pin(RUNTIME_ARTIFACT).version
+        pin = _pin(line.runtime_artifact, line)
+        assert pin is not None, f"{line.lock} pins no {line.runtime_artifact}"
+        return pin.version
     match = _RUNTIME_VERSION.search(jar.name)
     if match is None:  # a renamed jar: say so rather than guess
         return "<the Iceberg version of your iceberg-spark-runtime jar>"

@@ -9,10 +9,10 @@ from pathlib import Path
 from icegate_dagster.config import load_config
 from icegate_dagster.spark.conf import build_spark_conf
 from icegate_dagster.spark.jvm_options import (
-    CLASSES_ARCHIVE,
     QUICK_JIT,
     SERIAL_GC,
     class_sharing_options,
+    classes_archive,
     jvm_bytes,
     local_gc_options,
     local_jit_options,
@@ -46,7 +46,8 @@ def test_the_session_maps_setups_archive_beside_the_users_options(tmp_path: Path
     options = build_spark_conf(load_config(config_path))["spark.driver.extraJavaOptions"]
     assert options.startswith("-Dmine=1 ")  # the user's first
     assert "-Dlog4j2.configurationFile=" in options
-    assert (f"-XX:SharedArchiveFile={CLASSES_ARCHIVE}" in options) == CLASSES_ARCHIVE.is_file()
+    archive = classes_archive()
+    assert (f"-XX:SharedArchiveFile={archive}" in options) == archive.is_file()
 
 
 def test_a_local_driver_with_a_small_heap_collects_serially() -> None:
