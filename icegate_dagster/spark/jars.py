@@ -62,13 +62,13 @@ class PinnedJar:
 
 def pinned_jars(line: SparkLine | None = None) -> list[PinnedJar]:
     """The jars of ``line``'s lock (the running line's by default), in its order."""
-    line = line or running_line()
-    text = (resources.files("icegate_dagster.spark") / line.lock).read_text()
+    lock = (line or running_line()).lock
+    text = (resources.files("icegate_dagster.spark") / lock).read_text()
     pins = []
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
+    for entry in text.splitlines():
+        if not entry.strip() or entry.lstrip().startswith("#"):
             continue
-        coordinates, sha256 = line.split()[:2]
+        coordinates, sha256 = entry.split()[:2]
         group, artifact, version = coordinates.split(":")
         pins.append(PinnedJar(group, artifact, version, sha256))
     return pins
