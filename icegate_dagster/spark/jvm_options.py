@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from icegate_dagster.spark.line import SparkLine, running_line
+from icegate_dagster.spark.line import DEFAULT_LINE, SparkLine, running_line
 
 #: Where setup puts the archives of the driver's classes (``icegate_dagster.spark.class_archive``):
 #: beside the installed packages they were made from, one per Spark line (:func:`classes_archive`).
@@ -26,8 +26,12 @@ _USER_CLASS_SHARING = ("-XX:SharedArchiveFile", "-Xshare", "-XX:ArchiveClassesAt
 
 def classes_archive(line: SparkLine | None = None) -> Path:
     """The archive of ``line``'s driver classes (the running PySpark's line by default): an
-    archive holds one Spark line's classes, so each line has its own file."""
-    return CLASSES_ARCHIVE_DIR / f"spark-driver-classes-{(line or running_line()).name}.jsa"
+    archive holds one Spark line's classes, so each line has its own file. The default
+    line's keeps the name it had before there were two (images built with it still map it);
+    another line's is named by the line (``spark-driver-classes-4.1_2.13.jsa``)."""
+    line = line or running_line()
+    suffix = "" if line == DEFAULT_LINE else f"-{line.name}"
+    return CLASSES_ARCHIVE_DIR / f"spark-driver-classes{suffix}.jsa"
 
 
 def class_sharing_options(user_options: str = "", archive: Path | None = None) -> str:

@@ -92,3 +92,15 @@ def test_the_session_of_a_small_pass_asks_for_the_quick_jit(tmp_path: Path) -> N
     small = build_spark_conf(config, small_work=True)["spark.driver.extraJavaOptions"]
     big = build_spark_conf(config)["spark.driver.extraJavaOptions"]
     assert QUICK_JIT in small.split() and QUICK_JIT not in big
+
+
+def test_each_spark_line_maps_only_its_own_archive() -> None:
+    """An archive holds one line's classes: 4.1's has its own file beside the default
+    line's, which keeps the name images were built with."""
+    from icegate_dagster.spark.line import DEFAULT_LINE, SPARK4_LINE, running_line
+
+    default, spark4 = classes_archive(DEFAULT_LINE), classes_archive(SPARK4_LINE)
+    assert default.name == "spark-driver-classes.jsa"
+    assert spark4.name == "spark-driver-classes-4.1_2.13.jsa"
+    assert default.parent == spark4.parent
+    assert classes_archive() == classes_archive(running_line())
