@@ -2,17 +2,17 @@
 # Set up a fresh machine: Debian packages Spark's catalog needs, then a virtualenv in .venv.
 # Safe to re-run: each step is skipped when already done.
 # --test also installs what tests/surfaces starts: Chromium, a PostgreSQL and a MariaDB server,
-# and Prometheus (its server and promtool, for the exporter's and the alert rules' tests); and,
-# as --spark4 does, the Spark-4 line that scripts/test.sh's last tier runs on.
+# and Prometheus (its server and promtool, for the exporter's and the alert rules' tests).
 # --spark4 also makes .venv-spark4: the same package on PySpark 4.1 (constraints-spark4.txt),
-# with the jars of icegate_dagster/spark/jars-spark4.lock and its own class archive.
+# with the jars of icegate_dagster/spark/jars-spark4.lock and its own class archive
+# (scripts/test.sh passes it when it runs its Spark-4 tier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 test_deps=false
 spark4=false
 for option in "$@"; do
   case "$option" in
-    --test) test_deps=true; spark4=true ;;
+    --test) test_deps=true ;;
     --spark4) spark4=true ;;
     *) echo "setup: unknown option $option (known: --test, --spark4)" >&2; exit 2 ;;
   esac

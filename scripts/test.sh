@@ -7,7 +7,13 @@
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --test || exit 1
+# The Spark-4 tier's environment only where it runs: the whole suite, or a selection asked
+# of .venv-spark4.
+setup_options=(--test)
+if [ "$#" -eq 0 ] || [ "${ICEGATE_TEST_VENV:-}" = .venv-spark4 ]; then
+  setup_options+=(--spark4)
+fi
+./scripts/setup.sh "${setup_options[@]}" || exit 1
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
 # The documentation site (mkdocs.yml): a broken link or anchor, or a reference the code
