@@ -105,14 +105,16 @@ def daemon_until_healthy(
     env: dict[str, str],
     timeout: float,
     dagster_yaml: Path = REPO / "dagster.yaml",
+    bin_dir: Path | None = None,
 ) -> DaemonRun:
-    """Start a cold daemon (instance settings ``dagster_yaml``) over the lakehouse at
+    """Start a cold daemon (instance settings ``dagster_yaml``; ``bin_dir``'s
+    ``dagster-daemon``, by default this interpreter's) over the lakehouse at
     ``config_path``; measure until every table of ``keys`` is recorded healthy; stop it."""
     import dagster as dg
 
     home = work / "dagster_home"
     _fresh_home(home, keys, dagster_yaml)
-    daemon = Path(sys.executable).parent / "dagster-daemon"
+    daemon = (bin_dir or Path(sys.executable).parent) / "dagster-daemon"
     command = str(daemon) if daemon.exists() else shutil.which("dagster-daemon")
     if command is None:
         raise SideFailed("dagster-daemon", reason="not installed (run ./scripts/setup.sh)")

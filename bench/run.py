@@ -8,10 +8,12 @@ Usage::
 
 Names (default: all): full_pass, healthy, scale_compaction, wal_ingest, throughput,
 sensor, health_sensor, monitoring, scale, query, batching, daemon, schedule, peers,
-requests. ``schedule`` is the daily schedule's day at 1,000 tables (10 due) against one
-CLI pass: runs and JVMs started, wall time.
+requests, spark_lines. ``schedule`` is the daily schedule's day at 1,000 tables (10 due)
+against one CLI pass: runs and JVMs started, wall time.
 ``requests`` counts object-store requests by kind through a proxy in front of SeaweedFS
-(``bench.object_store``). ``peers``
+(``bench.object_store``). ``spark_lines`` runs W1, W2 and the daemon's first size on
+Spark 3.5 (``.venv``) against Spark 4.1 (``.venv-spark4``: ``scripts/setup.sh --spark4``;
+``bench.lines``). ``peers``
 installs iceberg-zamboni in its own venv under ``.bench/peers/`` and runs W1 and W2 with
 it (``--peer-reps``, default 6 and 4; ``bench.peers`` says how). ``scale`` builds 10,000 tables
 (``--scale-tables N``) before it measures: allow half an hour; ``monitoring`` builds and
@@ -52,6 +54,7 @@ from pathlib import Path
 from bench.at_scale import bench_monitoring, bench_scale
 from bench.compaction import bench_query, bench_throughput
 from bench.harness import REPO, Figure, Settings, summary_table
+from bench.lines import bench_spark_lines
 from bench.object_store import bench_requests
 from bench.passes import bench_full_pass, bench_healthy, bench_scale_compaction, bench_wal_ingest
 from bench.peers import bench_peers
@@ -79,6 +82,7 @@ BENCHMARKS: dict[str, Callable[[Path, Settings], list[Figure]]] = {
     "schedule": bench_schedule,
     "peers": bench_peers,
     "requests": bench_requests,
+    "spark_lines": bench_spark_lines,
 }
 
 

@@ -4,5 +4,10 @@
 # Usage: ./scripts/bench.sh [NAME ...] [--reps N] [--quick]   (more options: --help)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# spark_lines (run by default) measures Spark 4.1 too: its environment, .venv-spark4.
+setup_options=()
+if [ "$#" -eq 0 ] || [[ " $* " == *" spark_lines "* ]]; then
+  setup_options=(--spark4)
+fi
+./scripts/setup.sh "${setup_options[@]}"
 exec .venv/bin/python -m bench.run "$@"

@@ -7,8 +7,10 @@ archive made once (JDK class-data sharing, ``-XX:SharedArchiveFile``; see
 :func:`~icegate_dagster.spark.jvm_options.class_sharing_options`). ``scripts/setup.sh``
 makes it (``python -m icegate_dagster.spark.class_archive``) by running a small Iceberg workload
 in a JVM started with ``-XX:ArchiveClassesAtExit``; a session started afterwards uses it
-when it exists. A JVM that cannot use it (another JDK, another class path) starts as it
-would without it: ``-Xshare:auto``.
+when it exists. An archive holds one Spark line's classes: its file is named by the line
+(:func:`~icegate_dagster.spark.jvm_options.classes_archive`), and ``setup.sh --spark4`` makes
+the 4.1 line's in ``.venv-spark4``. A JVM that cannot use it (another JDK, another class
+path) starts as it would without it: ``-Xshare:auto``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from icegate_dagster.catalog import open_catalog
 from icegate_dagster.config import load_config
-from icegate_dagster.spark.jvm_options import CLASSES_ARCHIVE, QUIET_CLASS_SHARING
+from icegate_dagster.spark.jvm_options import QUIET_CLASS_SHARING, classes_archive
 from icegate_dagster.spark.session import get_spark
 
 _MODULE = "icegate_dagster.spark.class_archive"
@@ -67,9 +69,11 @@ def _workload(folder: Path, dump_to: Path) -> None:
     print(_PID_MARK, jvm.java.lang.ProcessHandle.current().pid(), flush=True)
 
 
-def build_archive(archive: Path = CLASSES_ARCHIVE, timeout: float = 600) -> Path:
-    """Make ``archive`` (replacing an older one only once the new one is whole): the
-    workload in a child process, then wait for its JVM to exit and write the classes."""
+def build_archive(archive: Path | None = None, timeout: float = 600) -> Path:
+    """Make ``archive`` (by default the running Spark line's, :func:`classes_archive`),
+    replacing an older one only once the new one is whole: the workload in a child process,
+    then wait for its JVM to exit and write the classes."""
+    archive = archive or classes_archive()
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="icegate-classes-") as tmp:
         folder = Path(tmp)

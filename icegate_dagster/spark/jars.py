@@ -1,12 +1,14 @@
 """The jars Spark's driver needs, found before its JVM starts.
 
 Iceberg's Spark runtime, Iceberg's AWS bundle and Hadoop's S3A with its AWS SDK are Maven
-Central's own jars, pinned by coordinates and SHA-256 in ``jars.lock`` and fetched once by
-``scripts/setup.sh`` into :data:`SETUP_JARS_DIR` (or the folder ``ICEGATE_SPARK_JARS_DIR``
-names: an air-gapped host's own copy). Nothing is downloaded when a session starts. A
-user's ``spark.jars`` or ``spark.jars.packages`` naming a runtime wins. The JDBC driver of
-a SQL catalog is Debian's. A lakehouse in S3 gets the S3 jars too (:func:`default_jars`);
-what its catalog needs on Spark's side, and the refusal without them: :mod:`.s3_file_io`.
+Central's own jars, pinned by coordinates and SHA-256 in the running Spark line's lock
+(:mod:`.line`: ``jars.lock`` for 3.5, ``jars-spark4.lock`` for 4.1) and fetched once by
+``scripts/setup.sh`` (``--spark4`` for the 4.1 line) into :data:`SETUP_JARS_DIR` (or the
+folder ``ICEGATE_SPARK_JARS_DIR`` names: an air-gapped host's own copy). Nothing is
+downloaded when a session starts. A user's ``spark.jars`` or ``spark.jars.packages`` naming
+a runtime wins. The JDBC driver of a SQL catalog is Debian's. A lakehouse in S3 gets the S3
+jars too (:func:`default_jars`; the 3.5 line's lock pins them, the 4.1 line's not yet); what
+its catalog needs on Spark's side, and the refusal without them: :mod:`.s3_file_io`.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from pathlib import Path
 from icegate_dagster.catalog import catalog_kind
 from icegate_dagster.config import CatalogSettings, IcegateConfig
 from icegate_dagster.errors import CatalogUnavailableError, SparkStartError
+from icegate_dagster.spark.line import SparkLine, running_line
 from icegate_dagster.spark.s3_file_io import CLASSPATH_KEYS, S3_SCHEMES, s3_keys, s3_usage
 
 #: Where ``scripts/setup.sh`` puts the pinned jars: beside the installed packages.
 SETUP_JARS_DIR = Path(sys.prefix) / "share" / "icegate" / "jars"
 #: A folder of jars that replaces :data:`SETUP_JARS_DIR` (set-up fetches into it too).
 JARS_DIR_ENV = "ICEGATE_SPARK_JARS_DIR"
-RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
 AWS_BUNDLE_ARTIFACT = "iceberg-aws-bundle"
 #: Spark's own S3 file system (S3A) and the AWS SDK it is built against.
 S3A_ARTIFACTS = ("hadoop-aws", "aws-java-sdk-bundle")
@@ -47,7 +49,7 @@ POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 @dataclass(frozen=True)
 class PinnedJar:
-    """One line of ``jars.lock``: a jar by its Maven coordinates and SHA-256."""
+    """One line of a jars lock: a jar by its Maven coordinates and SHA-256."""
 
     group: str
     artifact: str
@@ -65,35 +67,36 @@ class PinnedJar:
         return f"{self.artifact}-{self.version}.jar"
 
 
-def pinned_jars() -> list[PinnedJar]:
-    """The jars of ``jars.lock``, in its order."""
-    text = (resources.files("icegate_dagster.spark") / "jars.lock").read_text()
+def pinned_jars(line: SparkLine | None = None) -> list[PinnedJar]:
+    """The jars of ``line``'s lock (the running line's by default), in its order."""
+    lock = (line or running_line()).lock
+    text = (resources.files("icegate_dagster.spark") / lock).read_text()
     pins = []
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
+    for entry in text.splitlines():
+        if not entry.strip() or entry.lstrip().startswith("#"):
             continue
-        coordinates, sha256, *rest = line.split()
+        coordinates, sha256, *rest = entry.split()
         role = rest[0] if rest else DRIVER_ROLE
         if role not in (DRIVER_ROLE, SERVER_ROLE):
             raise SparkStartError(
-                f"jars.lock: {coordinates} has role {role!r}: "
-                f"must be {DRIVER_ROLE} or {SERVER_ROLE}"
+                f"{lock}: {coordinates} has role {role!r}: must be {DRIVER_ROLE} or {SERVER_ROLE}"
             )
         group, artifact, version = coordinates.split(":")
         pins.append(PinnedJar(group, artifact, version, sha256, role))
     return pins
 
 
-def _pin(artifact: str) -> PinnedJar:
-    [pin] = [p for p in pinned_jars() if p.artifact == artifact]
-    return pin
+def _pin(artifact: str, line: SparkLine | None = None) -> PinnedJar | None:
+    found = [p for p in pinned_jars(line) if p.artifact == artifact]
+    return found[0] if found else None
 
 
-def _driver_jar(artifact: str) -> Path | None:
+def _driver_jar(artifact: str, line: SparkLine | None = None) -> Path | None:
     """:func:`_find_jar` for a jar a run's own Spark may load (never a server's)."""
-    if _pin(artifact).role != DRIVER_ROLE:
+    pin = _pin(artifact, line)
+    if pin is not None and pin.role != DRIVER_ROLE:
         raise SparkStartError(f"{artifact} is a Spark server's jar: no run loads it")
-    return _find_jar(artifact)
+    return _find_jar(artifact, line)
 
 
 def connect_server_jar() -> Path:
@@ -102,9 +105,9 @@ def connect_server_jar() -> Path:
     jar = _find_jar(CONNECT_SERVER_ARTIFACT)
     if jar is None:
         pin = _pin(CONNECT_SERVER_ARTIFACT)
+        fetched = f" (it fetches {pin.coordinates} from Maven Central)" if pin else ""
         raise SparkStartError(
-            f"no {CONNECT_SERVER_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh (it "
-            f"fetches {pin.coordinates} from Maven Central)"
+            f"no {CONNECT_SERVER_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh{fetched}"
         )
     return jar
 
@@ -115,13 +118,14 @@ def jars_dir() -> Path:
     return Path(chosen).expanduser() if chosen else SETUP_JARS_DIR
 
 
-def _find_jar(artifact: str) -> Path | None:
-    """``artifact``'s jar in :func:`jars_dir`: the pinned version when it is there, else the
-    one version present (several: refused, rather than one picked by its name)."""
+def _find_jar(artifact: str, line: SparkLine | None = None) -> Path | None:
+    """``artifact``'s jar in :func:`jars_dir`: the version ``line``'s lock pins when it is
+    there, else the one version present (several: refused, rather than one picked by its
+    name)."""
     folder = jars_dir()
-    pinned = folder / _pin(artifact).file_name
-    if pinned.is_file():
-        return pinned
+    pin = _pin(artifact, line)
+    if pin is not None and (folder / pin.file_name).is_file():
+        return folder / pin.file_name
     found = sorted(folder.glob(f"{artifact}-[0-9]*.jar"))
     if len(found) > 1:
         raise SparkStartError(
@@ -130,16 +134,20 @@ def _find_jar(artifact: str) -> Path | None:
     return found[0] if found else None
 
 
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar in :func:`jars_dir`; a clear error when it is missing."""
-    jar = _driver_jar(RUNTIME_ARTIFACT)
+def iceberg_runtime_jar(line: SparkLine | None = None) -> Path:
+    """The Iceberg Spark runtime jar of ``line`` (the running PySpark's by default) in
+    :func:`jars_dir`; a clear error naming the set-up command when it is missing."""
+    line = line or running_line()
+    jar = _driver_jar(line.runtime_artifact, line)
     if jar is None:
-        pin = _pin(RUNTIME_ARTIFACT)
+        pin = _pin(line.runtime_artifact, line)
+        assert pin is not None, f"{line.lock} pins no {line.runtime_artifact}"
         raise SparkStartError(
-            f"no {RUNTIME_ARTIFACT} jar in {jars_dir()}: run scripts/setup.sh (it fetches "
-            f"{pin.coordinates} from Maven Central), put {pin.file_name} in the folder "
-            f"{JARS_DIR_ENV} names, or name a runtime in spark.conf spark.jars.packages "
-            "(or its jar in spark.jars)"
+            f"no {line.runtime_artifact} jar in {jars_dir()}: run {line.setup_command} (it "
+            f"fetches {pin.coordinates} from Maven Central; PySpark {line.spark} needs "
+            f"Iceberg's runtime for Spark {line.spark}, Scala {line.scala}), put "
+            f"{pin.file_name} in the folder {JARS_DIR_ENV} names, or name a runtime in "
+            "spark.conf spark.jars.packages (or its jar in spark.jars)"
         )
     return jar
 
@@ -205,9 +213,12 @@ def iceberg_version(conf: Mapping[str, str]) -> str:
         match = _RUNTIME_VERSION.search(conf.get(key, ""))
         if match:
             return match.group(1)
-    jar = _find_jar(RUNTIME_ARTIFACT)
+    line = running_line()
+    jar = _find_jar(line.runtime_artifact, line)
     if jar is None:
-        return _pin(RUNTIME_ARTIFACT).version
+        pin = _pin(line.runtime_artifact, line)
+        assert pin is not None, f"{line.lock} pins no {line.runtime_artifact}"
+        return pin.version
     match = _RUNTIME_VERSION.search(jar.name)
     if match is None:  # a renamed jar: say so rather than guess
         return "<the Iceberg version of your iceberg-spark-runtime jar>"

@@ -13,19 +13,33 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Where setup puts the archive of the driver's classes (``icegate_dagster.spark.class_archive``):
-#: beside the installed packages it was made from.
-CLASSES_ARCHIVE = Path(sys.prefix) / "share" / "icegate" / "spark-driver-classes.jsa"
+from icegate_dagster.spark.line import DEFAULT_LINE, SparkLine, running_line
+
+#: Where setup puts the archives of the driver's classes (``icegate_dagster.spark.class_archive``):
+#: beside the installed packages they were made from, one per Spark line (:func:`classes_archive`).
+CLASSES_ARCHIVE_DIR = Path(sys.prefix) / "share" / "icegate"
 #: The JVM's notes on the archive off: they go to standard output.
 QUIET_CLASS_SHARING = "-Xlog:cds=off,cds+dynamic=off"
 #: JVM options a user may have set themselves, which then win.
 _USER_CLASS_SHARING = ("-XX:SharedArchiveFile", "-Xshare", "-XX:ArchiveClassesAtExit")
 
 
-def class_sharing_options(user_options: str = "", archive: Path = CLASSES_ARCHIVE) -> str:
-    """The driver JVM options that map ``archive`` when it exists ("" otherwise, or when the
-    user's own options already choose class-data sharing). The JVM's notes about the archive
-    are silenced: they would go to standard output, which ``--json`` owns."""
+def classes_archive(line: SparkLine | None = None) -> Path:
+    """The archive of ``line``'s driver classes (the running PySpark's line by default): an
+    archive holds one Spark line's classes, so each line has its own file. The default
+    line's keeps the name it had before there were two (images built with it still map it);
+    another line's is named by the line (``spark-driver-classes-4.1_2.13.jsa``)."""
+    line = line or running_line()
+    suffix = "" if line == DEFAULT_LINE else f"-{line.name}"
+    return CLASSES_ARCHIVE_DIR / f"spark-driver-classes{suffix}.jsa"
+
+
+def class_sharing_options(user_options: str = "", archive: Path | None = None) -> str:
+    """The driver JVM options that map ``archive`` (:func:`classes_archive` by default) when
+    it exists ("" otherwise, or when the user's own options already choose class-data
+    sharing). The JVM's notes about the archive are silenced: they would go to standard
+    output, which ``--json`` owns."""
+    archive = archive or classes_archive()
     if not archive.is_file() or any(option in user_options for option in _USER_CLASS_SHARING):
         return ""
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET_CLASS_SHARING}"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from icegate_dagster.maintenance import OPERATIONS, Maintainer, TableResult
-from icegate_dagster.spark.jvm_options import CLASSES_ARCHIVE
+from icegate_dagster.spark.jvm_options import classes_archive
 from icegate_dagster.spark.session import get_spark
 from tests.lakehouse import Lakehouse, make_lakehouse
 
@@ -150,6 +150,7 @@ def test_the_pass_ran_in_a_serial_collected_driver_with_shared_classes(
     diagnostics = management.getPlatformMXBean(
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
-    if CLASSES_ARCHIVE.is_file():  # setup makes it (CI always does)
-        assert diagnostics.getVMOption("SharedArchiveFile").getValue() == str(CLASSES_ARCHIVE)
+    archive = classes_archive()  # the running Spark line's
+    if archive.is_file():  # setup makes it (CI always does)
+        assert diagnostics.getVMOption("SharedArchiveFile").getValue() == str(archive)
         assert diagnostics.getVMOption("UseSharedSpaces").getValue() == "true"

@@ -9,10 +9,10 @@ from pathlib import Path
 from icegate_dagster.config import load_config
 from icegate_dagster.spark.conf import build_spark_conf
 from icegate_dagster.spark.jvm_options import (
-    CLASSES_ARCHIVE,
     QUICK_JIT,
     SERIAL_GC,
     class_sharing_options,
+    classes_archive,
     jvm_bytes,
     local_gc_options,
     local_jit_options,
@@ -46,7 +46,8 @@ def test_the_session_maps_setups_archive_beside_the_users_options(tmp_path: Path
     options = build_spark_conf(load_config(config_path))["spark.driver.extraJavaOptions"]
     assert options.startswith("-Dmine=1 ")  # the user's first
     assert "-Dlog4j2.configurationFile=" in options
-    assert (f"-XX:SharedArchiveFile={CLASSES_ARCHIVE}" in options) == CLASSES_ARCHIVE.is_file()
+    archive = classes_archive()
+    assert (f"-XX:SharedArchiveFile={archive}" in options) == archive.is_file()
 
 
 def test_a_local_driver_with_a_small_heap_collects_serially() -> None:
@@ -91,3 +92,15 @@ def test_the_session_of_a_small_pass_asks_for_the_quick_jit(tmp_path: Path) -> N
     small = build_spark_conf(config, small_work=True)["spark.driver.extraJavaOptions"]
     big = build_spark_conf(config)["spark.driver.extraJavaOptions"]
     assert QUICK_JIT in small.split() and QUICK_JIT not in big
+
+
+def test_each_spark_line_maps_only_its_own_archive() -> None:
+    """An archive holds one line's classes: 4.1's has its own file beside the default
+    line's, which keeps the name images were built with."""
+    from icegate_dagster.spark.line import DEFAULT_LINE, SPARK4_LINE, running_line
+
+    default, spark4 = classes_archive(DEFAULT_LINE), classes_archive(SPARK4_LINE)
+    assert default.name == "spark-driver-classes.jsa"
+    assert spark4.name == "spark-driver-classes-4.1_2.13.jsa"
+    assert default.parent == spark4.parent
+    assert classes_archive() == classes_archive(running_line())

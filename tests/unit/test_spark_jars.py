@@ -27,6 +27,7 @@ from icegate_dagster.spark.jars import (
     s3_jars,
     s3_jars_available,
 )
+from icegate_dagster.spark.line import DEFAULT_LINE, SPARK4_LINE, line_of, running_line
 
 REPO = Path(__file__).resolve().parents[2]
 FETCH = REPO / "scripts" / "fetch-jars.sh"
@@ -137,7 +138,7 @@ def test_a_checksum_mismatch_fails_setup_naming_the_jar_and_both_sums(
 
 
 def test_the_lock_pins_one_iceberg_version_and_pysparks_own_hadoop() -> None:
-    pins = {pin.artifact: pin for pin in pinned_jars()}
+    pins = {pin.artifact: pin for pin in pinned_jars(DEFAULT_LINE)}
     assert set(pins) == {
         "iceberg-spark-runtime-3.5_2.12",
         "iceberg-aws-bundle",
@@ -149,8 +150,9 @@ def test_the_lock_pins_one_iceberg_version_and_pysparks_own_hadoop() -> None:
     assert {a for a, pin in pins.items() if pin.role == "server"} == {"spark-connect_2.12"}
     # The AWS bundle must match the runtime; S3A must match the Hadoop inside PySpark.
     assert pins["iceberg-aws-bundle"].version == pins["iceberg-spark-runtime-3.5_2.12"].version
-    hadoop = sorted(PYSPARK_JARS.glob("hadoop-client-api-*.jar"))
-    assert [p.name for p in hadoop] == [f"hadoop-client-api-{pins['hadoop-aws'].version}.jar"]
+    if running_line() == DEFAULT_LINE:  # PySpark 3.5's own Hadoop (4.1's is 3.4.2)
+        hadoop = sorted(PYSPARK_JARS.glob("hadoop-client-api-*.jar"))
+        assert [p.name for p in hadoop] == [f"hadoop-client-api-{pins['hadoop-aws'].version}.jar"]
     assert pins["aws-java-sdk-bundle"].coordinates == "com.amazonaws:aws-java-sdk-bundle:1.12.262"
     assert all(len(pin.sha256) == 64 for pin in pins.values())
 
@@ -325,3 +327,64 @@ def test_s3_keys_beside_a_warehouse_elsewhere_give_each_path_the_file_io_of_its_
     raw["catalog"].update({"warehouse": f"file://{tmp_path}/wh", "io-impl": "x.MyFileIO"})
     own = build_spark_conf(config_from_dict(raw, tmp_path))
     assert own["spark.sql.catalog.c.io-impl"] == "x.MyFileIO"
+
+
+def _pysparks_own_line() -> str:
+    """``4.1_2.13``: the running PySpark's major.minor and the Scala of its own jars."""
+    import pyspark
+
+    [scala] = PYSPARK_JARS.glob("scala-library-*.jar")
+    scala_version = ".".join(scala.name.removeprefix("scala-library-").split(".")[:2])
+    return ".".join(pyspark.__version__.split(".")[:2]) + "_" + scala_version
+
+
+def test_the_session_takes_the_iceberg_runtime_of_the_running_pysparks_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Iceberg's runtime is built per Spark line and Scala version: the jar set-up put where
+    Spark looks, and the one the session is given, are the running PySpark's (3.5_2.12 in
+    .venv, 4.1_2.13 in .venv-spark4), as PySpark's own Scala library says."""
+    monkeypatch.delenv(JARS_DIR_ENV, raising=False)
+    line = _pysparks_own_line()
+    assert running_line().name == line
+    runtime = iceberg_runtime_jar()
+    assert runtime.name.startswith(f"iceberg-spark-runtime-{line}-"), runtime
+    assert runtime == SETUP_JARS_DIR / runtime.name
+
+
+def test_each_spark_line_has_its_lock_with_the_same_iceberg() -> None:
+    assert line_of("3.5.9") == DEFAULT_LINE and line_of("4.1.4") == SPARK4_LINE
+    spark4 = {pin.artifact: pin for pin in pinned_jars(SPARK4_LINE)}
+    assert spark4["iceberg-spark-runtime-4.1_2.13"].coordinates == (
+        "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+    )
+    default = {pin.artifact: pin for pin in pinned_jars(DEFAULT_LINE)}
+    assert spark4["iceberg-spark-runtime-4.1_2.13"].version == (
+        default["iceberg-spark-runtime-3.5_2.12"].version
+    )
+    assert all(len(pin.sha256) == 64 for pin in spark4.values())
+
+
+def test_a_pyspark_on_no_supported_line_or_without_its_jars_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Iceberg 1.12 publishes no Spark 4.0 runtime: PySpark 4.0 is refused naming the lines
+    there are; the 4.1 line's missing jar names the set-up command that fetches it."""
+    with pytest.raises(SparkStartError) as refused:
+        line_of("4.0.1")
+    assert str(refused.value) == (
+        "PySpark 4.0.1 is on no supported Spark line: install one of "
+        "3.5 (scripts/setup.sh), 4.1 (scripts/setup.sh --spark4)"
+    )
+    empty = _folder_of_jars(tmp_path / "empty")
+    monkeypatch.setenv(JARS_DIR_ENV, str(empty))
+    with pytest.raises(SparkStartError) as missing:
+        iceberg_runtime_jar(SPARK4_LINE)
+    assert str(missing.value).startswith(
+        f"no iceberg-spark-runtime-4.1_2.13 jar in {empty}: run scripts/setup.sh --spark4 "
+        "(it fetches org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0 from Maven Central"
+    )
+    # A 3.5 runtime beside it is not taken for the 4.1 line's (another Scala, another Spark).
+    _folder_of_jars(empty, "iceberg-spark-runtime-3.5_2.12-1.12.0.jar")
+    with pytest.raises(SparkStartError, match="no iceberg-spark-runtime-4.1_2.13 jar"):
+        iceberg_runtime_jar(SPARK4_LINE)
