@@ -105,9 +105,11 @@ def daemon_until_healthy(
     env: dict[str, str],
     timeout: float,
     dagster_yaml: Path = REPO / "dagster.yaml",
+    server: int | None = None,
 ) -> DaemonRun:
     """Start a cold daemon (instance settings ``dagster_yaml``) over the lakehouse at
-    ``config_path``; measure until every table of ``keys`` is recorded healthy; stop it."""
+    ``config_path``; measure until every table of ``keys`` is recorded healthy; stop it.
+    ``server``: a Spark Connect server's pid, its memory counted with the daemon's."""
     import dagster as dg
 
     home = work / "dagster_home"
@@ -132,7 +134,7 @@ def daemon_until_healthy(
         )
         healthy: dict[str, float] = {}
         try:
-            with PeakMemory(proc.pid) as memory:
+            with PeakMemory(proc.pid, server) as memory:
                 while len(healthy) < len(keys):
                     if proc.poll() is not None:
                         raise SideFailed("dagster-daemon", reason=f"exited {proc.returncode}")

@@ -123,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
         help="peers: repetitions of W1 and of W2, comma-separated (default 6,4)",
     )
     parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="peers, daemon: our side a thin client of a warm Spark Connect server started "
+        "untimed (its memory counted with ours); see bench.connect",
+    )
+    parser.add_argument(
         "--dagster-yaml",
         type=Path,
         default=REPO / "dagster.yaml",
@@ -167,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_tables=args.scale_tables,
         monitoring_tables=args.monitoring_tables,
         peer_reps=_two_counts(parser, "--peer-reps", args.peer_reps),
+        connect=args.connect,
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))
