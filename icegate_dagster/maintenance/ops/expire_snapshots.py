@@ -480,7 +480,7 @@ class ExpireSnapshots(Operation):
         specs_before, schemas_before = _metadata_ids(ctx.table)
         # The procedure deletes by its own diff, blind to other tables: a table whose
         # location overlaps another's (or may: one cannot be read) deletes on the driver.
-        if ctx.driver_side or not rule.delete_files or _may_share(ctx):
+        if ctx.driver_side or _client_side(ctx) or not rule.delete_files or _may_share(ctx):
             out = self._on_driver(ctx, older_than)
         else:
             args = {
@@ -680,6 +680,24 @@ def _expire_without_deletes(before: Table, rule: ExpireSnapshotsSettings, now: d
     doomed = sorted(expiring_snapshots(table, rule, now) - protected)
     if doomed:
         table.maintenance.expire_snapshots().by_ids(doomed).commit()
+
+
+def _client_side(ctx: OpContext) -> bool:
+    """On Spark Connect, whether a small table expires here, by pyiceberg (the metadata
+    commit, then the deletes through its FileIO: output ``execution: client``) rather than
+    by Iceberg's procedure, a Spark job on the server for a few metadata files. Only when
+    that leaves nothing of the procedure's undone: the table has no ref but ``main`` (the
+    procedure also drops branches and tags past their age), and no partition spec or
+    schema that ``clean_expired_metadata`` could drop (it has one of each, or the setting
+    is off)."""
+    if not (ctx.small and ctx.on_connect):
+        return False
+    metadata = ctx.table.metadata
+    if set(metadata.refs) - {"main"}:
+        return False
+    rule = ctx.settings.expire_snapshots
+    single = len(metadata.partition_specs) == 1 and len(metadata.schemas) == 1
+    return single or not rule.clean_expired_metadata
 
 
 def _may_share(ctx: OpContext) -> bool:
