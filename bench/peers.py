@@ -13,7 +13,18 @@ lakehouse, identical and built untimed, order alternated, medians.
 
 After every process the parent checks its outcome, untimed: every table's rows (count and
 sum of ids) as before, its data files compacted, on W1 the old orphan gone and the young
-file kept. A side that loses a row or deletes the young file crashes the benchmark.
+file kept. A side that loses a row or deletes the young file crashes the benchmark. Our
+side's notes carry its profile: each operation's seconds, summed over the tables, from its
+``--json`` output.
+
+``--connect`` (``bench peers --connect``, the ``peers_connect_*`` rows): our side is a thin
+client of a warm Spark Connect server (``bench.connect``: started untimed before the sides
+run, then one untimed pass of ours through it). Our memory is then the peak, at one
+instant, of our process tree plus the server's JVM; the server's own peak and its growth
+during each run are in the notes. Measured (docs/performance.md, "On Spark Connect")::
+
+    ICEGATE_BENCH_GB=0.5 .venv/bin/python -m bench.run peers daemon --connect \
+        --peer-reps 3,2 --reps 3 --daemon-tables 20
 """
 
 from __future__ import annotations

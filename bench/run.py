@@ -17,7 +17,10 @@ maintains 1,000 (``--monitoring-tables N``) and measures the exporter by default
 ``--operation-detail``. ``--reps`` (default 3)
 repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
 ``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
-``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput``. ``--quick`` is a smoke test: 1
+``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput`` and ``peers``' W2. ``--connect``
+makes our side of ``peers`` and ``daemon`` a thin client of a warm Spark Connect server
+started untimed (``bench.connect``; its memory counted with ours): the ``peers_connect_*``
+and ``daemon_connect_*`` rows. ``--quick`` is a smoke test: 1
 repetition, a few tables and files, a tiny throughput size (its figures say nothing about
 the targets). ``--keep`` leaves the work folder in place.
 
