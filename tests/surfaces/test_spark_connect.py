@@ -460,3 +460,35 @@ def test_tables_sharing_a_folder_keep_each_others_files_when_expiry_and_orphans_
             assert lh.rows_without_spark(key) == expected, key
     finally:
         stop_spark()
+
+
+def test_a_small_tables_expiry_takes_the_procedure_when_a_tag_past_its_age_must_go(
+    spark_connect: ConnectServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small table expires in the client on Connect only where pyiceberg's expiry leaves
+    nothing of Iceberg's undone: a tag past its ``max-ref-age-ms`` is dropped by Iceberg's
+    procedure, so such a table takes the procedure, and the tag and the snapshots go."""
+    lh = remote_lakehouse(
+        tmp_path / "lakehouse",
+        spark_connect,
+        "unused",
+        expire_snapshots={"retention_threshold": "1s", "retain_last": 1},
+    )
+    table = lh.add_table(EVENTS, appends=3)
+    rows = lh.rows_without_spark(EVENTS)
+    first = table.metadata.snapshots[0].snapshot_id
+    table.manage_snapshots().create_tag(first, "audit", max_ref_age_ms=1000).commit()
+    assert "audit" in lh.table(EVENTS).metadata.refs
+    time.sleep(1.2)  # the tag, and every snapshot, older than their limits
+    config = ["--config", str(lh.config_path), "--json"]
+    try:
+        assert run_cli(["expire", "--table", EVENTS, *config]) == 0
+        expired = _op(json.loads(capsys.readouterr().out), EVENTS, "expire_snapshots")
+    finally:
+        stop_spark()
+    assert expired["status"] == "completed", expired
+    assert expired["output"]["execution"] == "distributed"
+    after = lh.table(EVENTS).metadata
+    assert set(after.refs) == {"main"}  # the tag past its age is gone
+    assert [s.snapshot_id for s in after.snapshots] == [after.current_snapshot_id]
+    assert lh.rows_without_spark(EVENTS) == rows
