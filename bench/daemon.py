@@ -106,10 +106,12 @@ def daemon_until_healthy(
     timeout: float,
     dagster_yaml: Path = REPO / "dagster.yaml",
     bin_dir: Path | None = None,
+    server: int | None = None,
 ) -> DaemonRun:
     """Start a cold daemon (instance settings ``dagster_yaml``; ``bin_dir``'s
     ``dagster-daemon``, by default this interpreter's) over the lakehouse at
-    ``config_path``; measure until every table of ``keys`` is recorded healthy; stop it."""
+    ``config_path``; measure until every table of ``keys`` is recorded healthy; stop it.
+    ``server``: a Spark Connect server's pid, its memory counted with the daemon's."""
     import dagster as dg
 
     home = work / "dagster_home"
@@ -134,7 +136,7 @@ def daemon_until_healthy(
         )
         healthy: dict[str, float] = {}
         try:
-            with PeakMemory(proc.pid) as memory:
+            with PeakMemory(proc.pid, server) as memory:
                 while len(healthy) < len(keys):
                     if proc.poll() is not None:
                         raise SideFailed("dagster-daemon", reason=f"exited {proc.returncode}")

@@ -50,6 +50,9 @@ class Settings:
     monitoring_tables: int = 1000
     #: ``peers``' repetitions of W1 and of W2.
     peer_reps: tuple[int, int] = (6, 4)
+    #: ``peers`` and ``daemon``: our side a thin client of a warm Spark Connect server
+    #: (``bench.connect``) instead of a driver of its own.
+    connect: bool = False
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -157,6 +160,9 @@ class Summary:
     def median(self, key: str) -> float:
         return statistics.median(float(s.data[key]) for s in self.samples)
 
+    def max(self, key: str) -> float:
+        return max(float(s.data[key]) for s in self.samples)
+
     def describe(self) -> str:
         return f"{self.label} peak {self.peak_mb:.0f} MB, JVM {'yes' if self.jvm else 'no'}"
 
@@ -190,10 +196,15 @@ def cold(
     cwd: Path,
     check: Callable[[ProcessRun], dict[str, Any]] | None = None,
     env: dict[str, str] | None = None,
+    server: int | None = None,
 ) -> Sample:
     """Run ``argv`` as a new process (in ``env``, else ours); a non-zero exit or a failed
-    ``check`` is a crash."""
-    run = run_process(argv, cwd=cwd, env=env or child_env(), timeout=settings.timeout)
+    ``check`` is a crash. ``server``: a Spark Connect server's pid, its memory counted with
+    the process's (``peak_mb`` the peak of both at one instant; its own peak and growth in
+    the sample's data as ``server_peak_mb`` and ``server_growth_mb``)."""
+    run = run_process(
+        argv, cwd=cwd, env=env or child_env(), timeout=settings.timeout, server=server
+    )
     if run.exit_code != 0:
         raise SideFailed(what, run)
     try:
@@ -202,6 +213,8 @@ def cold(
         raise
     except Exception as exc:
         raise SideFailed(what, run, f"{type(exc).__name__}: {exc}") from exc
+    if server is not None:
+        data |= {"server_peak_mb": run.server_peak_mb, "server_growth_mb": run.server_growth_mb}
     return Sample(run.seconds, run.peak_mb, run.jvm, data)
 
 

@@ -72,19 +72,32 @@ def is_java(pid: int) -> bool:
 
 class PeakMemory:
     """Peak resident memory of a process tree (Python driver + its JVM), sampled 5x a
-    second; also records the JVMs that appeared in the tree."""
+    second; also records the JVMs that appeared in the tree.
 
-    def __init__(self, pid: int | None = None) -> None:
+    ``server``: a long-lived process the tree works through (a Spark Connect server's
+    JVM). Its tree is sampled at the same instants and counted in ``peak_kb`` (the peak
+    of the sum, ours plus the server's, at one instant); its own peak and its RSS at the
+    first sample are kept apart (``server_peak_kb``, ``server_start_kb``), and its JVM is
+    not ours (``jvm_pids`` is the client tree's only)."""
+
+    def __init__(self, pid: int | None = None, server: int | None = None) -> None:
         self.pid = pid or os.getpid()
+        self.server = server
         self.peak_kb = 0
+        self.server_peak_kb = 0
+        self.server_start_kb: int | None = None
         self.jvm_pids: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
-        """One look at the tree."""
+        """One look at the tree (and the server's)."""
         pids = tree(self.pid)
-        self.peak_kb = max(self.peak_kb, sum(rss_kb(p) for p in pids))
+        server_kb = sum(rss_kb(p) for p in tree(self.server)) if self.server else 0
+        if self.server_start_kb is None:
+            self.server_start_kb = server_kb
+        self.server_peak_kb = max(self.server_peak_kb, server_kb)
+        self.peak_kb = max(self.peak_kb, sum(rss_kb(p) for p in pids) + server_kb)
         self.jvm_pids.update(p for p in pids if p != self.pid and is_java(p))
 
     def _run(self) -> None:
@@ -120,6 +133,10 @@ class ProcessRun:
     exit_code: int
     stdout: str
     stderr: str
+    #: With a server (see :class:`PeakMemory`): its peak RSS during the run, and its
+    #: growth (that peak less its RSS at the run's start), in MB.
+    server_peak_mb: float = 0.0
+    server_growth_mb: float = 0.0
 
     def tail(self, lines: int = 15) -> str:
         """The errors it named and the end of its stderr (then stdout), for a failure
@@ -155,11 +172,13 @@ def run_process(
     cwd: Path,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    server: int | None = None,
 ) -> ProcessRun:
     """Spawn ``argv`` in a new session, time it from spawn to exit, sample its tree.
 
     stdout and stderr go to files (no pipe for the child to block on). A process that
     runs past ``timeout`` has its process group killed and gets exit code -9.
+    ``server``: a process whose memory counts with the tree's (:class:`PeakMemory`).
     """
     cwd.mkdir(parents=True, exist_ok=True)
     out_path, err_path = cwd / ".bench-stdout", cwd / ".bench-stderr"
@@ -174,7 +193,7 @@ def run_process(
             stderr=err,
             start_new_session=True,
         )
-        with PeakMemory(proc.pid) as memory:
+        with PeakMemory(proc.pid, server) as memory:
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -191,6 +210,8 @@ def run_process(
         code,
         out_path.read_text(errors="replace"),
         err_path.read_text(errors="replace"),
+        memory.server_peak_kb / 1024,
+        (memory.server_peak_kb - (memory.server_start_kb or 0)) / 1024,
     )
     out_path.unlink(missing_ok=True)
     err_path.unlink(missing_ok=True)

@@ -13,7 +13,18 @@ lakehouse, identical and built untimed, order alternated, medians.
 
 After every process the parent checks its outcome, untimed: every table's rows (count and
 sum of ids) as before, its data files compacted, on W1 the old orphan gone and the young
-file kept. A side that loses a row or deletes the young file crashes the benchmark.
+file kept. A side that loses a row or deletes the young file crashes the benchmark. Our
+side's notes carry its profile: each operation's seconds, summed over the tables, from its
+``--json`` output.
+
+``--connect`` (``bench peers --connect``, the ``peers_connect_*`` rows): our side is a thin
+client of a warm Spark Connect server (``bench.connect``: started untimed before the sides
+run, then one untimed pass of ours through it). Our memory is then the peak, at one
+instant, of our process tree plus the server's JVM; the server's own peak and its growth
+during each run are in the notes. Measured (docs/performance.md, "On Spark Connect")::
+
+    ICEGATE_BENCH_GB=0.5 .venv/bin/python -m bench.run peers daemon --connect \
+        --peer-reps 3,2 --reps 3 --daemon-tables 20
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from bench import fixtures
+from bench.connect import WarmServer, warm_server
 from bench.fixtures import Lakehouse, Template, make_lakehouse
 from bench.harness import (
     REPO,
@@ -197,11 +209,26 @@ def checked(root: Path, name: str, expected: Expected) -> Callable[[ProcessRun],
     return check
 
 
-def ours_ok(run: ProcessRun) -> None:
+def ours_ok(run: ProcessRun) -> dict[str, float]:
+    """Our pass checked (every table ok), and its profile: each operation's seconds summed
+    over the tables (``op_<name>_s``), from the ``--json`` output."""
     doc = cli_json(run)
     bad = [t["table"] for t in doc.get("tables", []) if not t.get("ok")]
     if bad:
         raise ValueError(f"tables not ok: {bad}")
+    profile: dict[str, float] = {}
+    for table in doc.get("tables", []):
+        for op in table.get("ops", []):
+            key = f"op_{op['operation']}_s"
+            profile[key] = profile.get(key, 0.0) + float(op.get("duration_s") or 0.0)
+    return profile
+
+
+def profile_note(summary: Summary) -> str:
+    """Our side's median seconds per operation (summed over its tables)."""
+    keys = sorted({k for s in summary.samples for k in s.data if k.startswith("op_")})
+    parts = [f"{k[3:-2]} {summary.median(k):.1f}" for k in keys if summary.median(k) >= 0.05]
+    return "ours' seconds per operation (sum over tables, median): " + ", ".join(parts)
 
 
 # -- the comparison ----------------------------------------------------------------------------
@@ -214,6 +241,7 @@ def _compare(
     build: Callable[[Path, str], Expected],
     ours_argv: Callable[[Path], list[str]],
     zamboni_argv: Callable[[Path, Path], list[str]],
+    server: WarmServer | None = None,
 ) -> tuple[Summary, Summary]:
     script = built("iceberg-zamboni's venv", zamboni_script)
 
@@ -230,10 +258,13 @@ def _compare(
         check = checked(root, "bench_peer", ours.value)
 
         def both(run: ProcessRun) -> dict[str, Any]:
-            ours_ok(run)
-            return check(run)
+            profile = ours_ok(run)
+            return {**check(run), **profile}
 
-        return cold(settings, "icegate-maintain", ours_argv(root), work, both)
+        if server is None:
+            return cold(settings, "icegate-maintain", ours_argv(root), work, both)
+        argv, env = ours_argv(root), server.env()
+        return cold(settings, "icegate-maintain", argv, work, both, env, server.pid)
 
     def run_peer() -> Sample:
         root = peer.restore()
@@ -241,6 +272,9 @@ def _compare(
         argv = zamboni_argv(script, root)
         return cold(settings, "zamboni", argv, root, check, env=peer_env())
 
+    if server is not None:  # the server's first client, untimed: a warm server after it
+        warm = run_ours()
+        print(f"    warm-up pass through the server (untimed): {warm.seconds:.2f}s", flush=True)
     a, b = alternate([Side("ours", run_ours), Side("zamboni", run_peer)], reps)
     ours.discard()
     peer.discard()
@@ -254,7 +288,16 @@ def _files(summary: Summary) -> str:
 
 def bench_peers(work: Path, settings: Settings) -> list[Figure]:
     """W1 (a full pass, 12 tables x 25 small files) and W2 (1 GB in 400 files compacted):
-    ``icegate-maintain`` against iceberg-zamboni 0.7.0, wall time and peak memory."""
+    ``icegate-maintain`` against iceberg-zamboni 0.7.0, wall time and peak memory. With
+    ``--connect``, ours a thin client of a warm Spark Connect server (``bench.connect``):
+    the ``peers_connect_*`` rows."""
+    if not settings.connect:
+        return _bench_peers(work, settings, None)
+    with warm_server(work / "connect_server") as server:
+        return _bench_peers(work, settings, server)
+
+
+def _bench_peers(work: Path, settings: Settings, server: WarmServer | None) -> list[Figure]:
     w1_reps, w2_reps = settings.peer_reps if not settings.quick else (1, 1)
     tables, files = settings.pick((12, 25), (3, 8))
     gigabytes, big_files = settings.pick((settings.gigabytes, 400), (0.02, 20))
@@ -271,6 +314,7 @@ def bench_peers(work: Path, settings: Settings) -> list[Figure]:
             + ["--db", ZAMBONI_CATALOG, "--table-config", str(root / "zamboni-table-config.json")]
             + ["--yes"]
         ),
+        server,
     )
     print(f"    W2: {gigabytes} GB in {big_files} files, compaction", flush=True)
     w2 = _compare(
@@ -285,11 +329,14 @@ def bench_peers(work: Path, settings: Settings) -> list[Figure]:
             [str(script), "compact", key, "--local-warehouse", str(root)]
             + ["--db", ZAMBONI_CATALOG, "--yes"]
         ),
+        server,
     )
     figures = []
+    prefix = "peers_connect" if server else "peers"
+    targets = (1.0, 1.2) if server else (1.3, 1.2)
     for label, (ours, peer), target, reps in (
-        ("W1_full_pass", w1, 1.3, w1_reps),
-        ("W2_compaction", w2, 1.2, w2_reps),
+        ("W1_full_pass", w1, targets[0], w1_reps),
+        ("W2_compaction", w2, targets[1], w2_reps),
     ):
         ratio = ours.seconds / peer.seconds
         as_compacted = ours.median("files_after") <= peer.median("files_after")
@@ -299,9 +346,15 @@ def bench_peers(work: Path, settings: Settings) -> list[Figure]:
             files_note += (
                 f" (most in a table); old orphans left {orphans[0]:.0f} / {orphans[1]:.0f}"
             )
+        files_note += "; " + profile_note(ours)
+        if server is not None:
+            files_note += (
+                f"; server's own peak {ours.max('server_peak_mb'):.0f} MB, its growth during "
+                f"a run {ours.median('server_growth_mb'):.0f} MB (median)"
+            )
         figures.append(
             Figure(
-                f"peers_{label}",
+                f"{prefix}_{label}",
                 ours.seconds,
                 peer.seconds,
                 "s",
@@ -312,13 +365,14 @@ def bench_peers(work: Path, settings: Settings) -> list[Figure]:
         )
         figures.append(
             Figure(
-                f"peers_{label}_peak",
+                f"{prefix}_{label}_peak",
                 ours.peak_mb,
                 peer.peak_mb,
                 "MB",
                 "ours <= 1536 MB",
                 ours.peak_mb <= 1536,
-                f"highest peak of the process tree over {reps} reps",
+                f"highest peak of the process tree over {reps} reps"
+                + (" (ours: our client tree + the server's JVM at one instant)" if server else ""),
             )
         )
     return figures

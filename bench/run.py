@@ -21,7 +21,10 @@ maintains 1,000 (``--monitoring-tables N``) and measures the exporter by default
 ``--operation-detail``. ``--reps`` (default 3)
 repetitions of each comparison; ``--big-reps`` (default 1) for the 1,000-table sizes;
 ``--scale-max 1000`` adds 1,000 tables to ``scale_compaction`` (default 100);
-``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput``. ``--quick`` is a smoke test: 1
+``ICEGATE_BENCH_GB`` (default 1) sizes ``throughput`` and ``peers``' W2. ``--connect``
+makes our side of ``peers`` and ``daemon`` a thin client of a warm Spark Connect server
+started untimed (``bench.connect``; its memory counted with ours): the ``peers_connect_*``
+and ``daemon_connect_*`` rows. ``--quick`` is a smoke test: 1
 repetition, a few tables and files, a tiny throughput size (its figures say nothing about
 the targets). ``--keep`` leaves the work folder in place.
 
@@ -136,6 +139,12 @@ def _parser() -> argparse.ArgumentParser:
         help="peers: repetitions of W1 and of W2, comma-separated (default 6,4)",
     )
     parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="peers, daemon: our side a thin client of a warm Spark Connect server started "
+        "untimed (its memory counted with ours); see bench.connect",
+    )
+    parser.add_argument(
         "--dagster-yaml",
         type=Path,
         default=REPO / "dagster.yaml",
@@ -180,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_tables=args.scale_tables,
         monitoring_tables=args.monitoring_tables,
         peer_reps=_two_counts(parser, "--peer-reps", args.peer_reps),
+        connect=args.connect,
     )
     names = args.names or list(BENCHMARKS)
     work = Path(tempfile.mkdtemp(prefix="icegate-bench-"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fixtures
+from bench.connect import WarmServer, warm_server
 from bench.daemon import daemon_until_healthy
 from bench.daemon import describe as describe_daemon
 from bench.fixtures import Template, make_lakehouse
@@ -216,7 +217,17 @@ def bench_batching(work: Path, settings: Settings) -> list[Figure]:
 
 def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
     """N due tables (15 small files each) brought to health by Dagster's daemon alone vs.
-    one cold ``icegate-maintain run`` over an identical lakehouse (see ``bench.daemon``)."""
+    one cold ``icegate-maintain run`` over an identical lakehouse (see ``bench.daemon``).
+    With ``--connect`` both are thin clients of one warm Spark Connect server
+    (``bench.connect``; its memory counted with each side's): the ``daemon_connect_*``
+    rows."""
+    if not settings.connect:
+        return _bench_daemon(work, settings, None)
+    with warm_server(work / "connect_server") as server:
+        return _bench_daemon(work, settings, server)
+
+
+def _bench_daemon(work: Path, settings: Settings, server: WarmServer | None) -> list[Figure]:
     sizes: tuple[int, ...] = settings.pick(settings.daemon_tables, (3,))
     maintain: dict[str, Any] = {"expire_snapshots": {"retention_threshold": "1s"}}
     if settings.tables_per_run is not None:
@@ -243,7 +254,10 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
             root = cli.restore()
             argv = icegate("run", "--config", root / "icegate.yaml", "--json")
             what = f"icegate-maintain run ({size} tables)"
-            return cold(settings, what, argv, work, all_optimized(size))
+            if server is None:
+                return cold(settings, what, argv, work, all_optimized(size))
+            env, pid = server.env(), server.pid
+            return cold(settings, what, argv, work, all_optimized(size), env, pid)
 
         def run_daemon(dmn: Template = dmn) -> Sample:
             root = dmn.restore()
@@ -251,9 +265,10 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
                 root / "icegate.yaml",
                 dmn.value,
                 work / "daemon_run",
-                child_env(),
+                server.env() if server else child_env(),
                 settings.timeout,
                 settings.dagster_yaml,
+                server.pid if server else None,
             )
             print(f"      daemon: {describe_daemon(run)}", flush=True)
             return Sample(
@@ -268,16 +283,20 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
                 },
             )
 
+        if server is not None:  # the server's first client, untimed: a warm server after it
+            warm = run_cli()
+            print(f"    warm-up pass through the server (untimed): {warm.seconds:.2f}s", flush=True)
         a, b = alternate([Side("daemon", run_daemon), Side("CLI", run_cli)], settings.reps)
         wall_target = 1.5 if size <= 20 else 1.2
         run_seconds = a.median("run_seconds")
+        prefix = "daemon_connect" if server else "daemon"
         extra = (
             f"{size} tables x 15 small files; daemon: {a.median('runs'):g} runs, first run "
             f"started {a.median('first_start_s'):.1f} s after the daemon's spawn"
         )
         figures += [
             Figure(
-                f"daemon_{size}_wall",
+                f"{prefix}_{size}_wall",
                 a.seconds,
                 b.seconds,
                 "s",
@@ -286,7 +305,7 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
                 note(settings.reps, a, b, extra=extra),
             ),
             Figure(
-                f"daemon_{size}_after_request",
+                f"{prefix}_{size}_after_request",
                 a.median("after_request_s"),
                 b.seconds,
                 "s",
@@ -297,14 +316,15 @@ def bench_daemon(work: Path, settings: Settings) -> list[Figure]:
                 "left out)",
             ),
             Figure(
-                f"daemon_{size}_run_seconds",
+                f"{prefix}_{size}_run_seconds",
                 run_seconds,
                 b.seconds,
                 "s",
                 "<= 1.5x",
                 run_seconds <= 1.5 * b.seconds,
                 f"sum of the daemon's run durations vs the CLI pass's wall time; "
-                f"peak MB daemon tree {a.peak_mb:.0f} vs CLI {b.peak_mb:.0f}",
+                f"peak MB daemon tree {a.peak_mb:.0f} vs CLI {b.peak_mb:.0f}"
+                + (" (each with the server's JVM, at one instant)" if server else ""),
             ),
         ]
         cli.discard()

@@ -18,6 +18,9 @@ from icegate_dagster.errors import CatalogUnavailableError, ConfigError
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+#: The newest table format version pyiceberg 0.12 writes (no format-version 3 metadata,
+#: manifest lists or row lineage): a newer table's commits need Iceberg's own (Java) API.
+PYICEBERG_MAX_FORMAT_VERSION = 2
 
 
 def catalog_kind(settings: CatalogSettings) -> str:

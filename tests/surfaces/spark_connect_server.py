@@ -2,10 +2,11 @@
 
 pip's pyspark is a complete Spark distribution; Spark Connect's server for 3.5 is a plugin
 jar of it (``spark-connect_2.12``, pinned in ``jars.lock`` with role ``server`` and fetched
-by set-up beside the other jars). The server gets the Iceberg runtime, the SQLite JDBC
-driver and Iceberg's SQL extensions on its command line, nothing about any catalog: each
-run registers its own catalog, secrets included, as settings of its session. Small: two
-local cores, a 1 GB driver. Its log (Spark's default INFO level) is a file the tests read.
+by set-up beside the other jars). Its command is the product's
+(:func:`icegate_dagster.spark.connect_server.server_command`): the Iceberg runtime, the
+JDBC drivers and Iceberg's SQL extensions, nothing about any catalog: each run registers
+its own catalog, secrets included, as settings of its session. Small: two local cores, a
+1 GB driver. Its log (Spark's default INFO level) is a file the tests read.
 
 Spark 3.5's server binds every interface (``spark.connect.grpc.binding.address`` only
 came with 4.0); the tests connect to it on 127.0.0.1.
@@ -21,13 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from icegate_dagster.spark.conf import ICEBERG_EXTENSIONS
-from icegate_dagster.spark.jars import SQLITE_JDBC_JAR, connect_server_jar, iceberg_runtime_jar
+from icegate_dagster.spark.connect_server import (
+    READY_LINE,
+    ServerSpec,
+    server_command,
+    spark_home,
+)
 from tests.servers import ServerProcess, free_port, process_tree
-from tests.surfaces.spark_cluster import spark_home
-
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-READY_LINE = "Spark Connect server started"
 
 
 @dataclass(frozen=True)
@@ -56,33 +57,12 @@ def _listening(port: int) -> bool:
     return False
 
 
-def server_command(port: int, *, iceberg: bool = True) -> list[str]:
-    """``spark-submit`` starting the Connect server with what a run needs on the server
-    (``iceberg=False``: a bare Spark, without Iceberg's runtime and extensions)."""
-    jars = [connect_server_jar(), *((iceberg_runtime_jar(), SQLITE_JDBC_JAR) if iceberg else ())]
-    conf = {"spark.connect.grpc.binding.port": str(port)}
-    if iceberg:
-        conf["spark.sql.extensions"] = ICEBERG_EXTENSIONS
-    conf |= {
-        "spark.driver.host": "127.0.0.1",
-        "spark.ui.enabled": "false",
-        # Maintenance shuffles are small: Spark's 200 would mostly schedule empty tasks.
-        "spark.sql.shuffle.partitions": "4",
-    }
-    command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS]
-    command += ["--name", "icegate-connect-tests", "--master", "local[2]"]
-    command += ["--driver-memory", "1g", "--jars", ",".join(str(j) for j in jars)]
-    for key, value in conf.items():
-        command += ["--conf", f"{key}={value}"]
-    return [*command, "spark-internal"]
-
-
 @contextlib.contextmanager
 def spark_connect_server(
     root: Path, timeout: float = 180, *, iceberg: bool = True
 ) -> Iterator[ConnectServer]:
     """Start the server under ``root`` (its log, its scratch space); stop it (and its JVM)
-    on exit, also when the block fails. ``iceberg=False``: see :func:`server_command`."""
+    on exit, also when the block fails. ``iceberg=False``: a bare Spark (:class:`ServerSpec`)."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = root / "spark-connect.log"
@@ -95,7 +75,7 @@ def spark_connect_server(
     env.pop("SPARK_REMOTE", None)
     process = ServerProcess(
         "the Spark Connect server",
-        server_command(port, iceberg=iceberg),
+        server_command(ServerSpec(port, iceberg=iceberg, name="icegate-connect-tests")),
         log_path,
         env=env,
         own_group=True,

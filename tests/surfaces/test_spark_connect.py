@@ -120,6 +120,7 @@ class ConnectPass:
     rows_before: dict[str, Counter[tuple[Any, ...]]]
     files_before: dict[str, int]
     snapshots_before: dict[str, set[int]]
+    data_paths_before: dict[str, set[Path]]
     run: ClientRun
     pass_report: dict[str, Any]
 
@@ -146,6 +147,7 @@ def connect_pass(
     snapshots_before = {
         key: {s.snapshot_id for s in lh.table(key).metadata.snapshots} for key in TABLES
     }
+    data_paths_before = {key: set(lh.data_file_paths(key)) for key in TABLES}
     time.sleep(1.2)  # every snapshot so far is now older than the 1s threshold
     run = run_client("cli", ["run", "--config", str(lh.config_path), "--json"], lh.root)
     completed = run.completed
@@ -160,6 +162,7 @@ def connect_pass(
         rows_before,
         files_before,
         snapshots_before,
+        data_paths_before,
         run,
         report,
     )
@@ -176,9 +179,11 @@ def test_the_pass_runs_every_operation_on_the_server(connect_pass: ConnectPass) 
         ("expire_snapshots", "completed"),
         ("remove_orphan_files", "completed"),
     ], tables["lakehouse.logs"]
-    # Small tables: a local driver would use Iceberg's Java API; here the procedures ran.
+    # Small tables: a local driver would use Iceberg's Java API; here the manifests'
+    # procedure ran, and expiry ran in the client (pyiceberg: no Spark job for a few
+    # metadata files; what it deleted: the test below).
     assert ops["rewrite_manifests"]["output"]["execution"] == "distributed"
-    assert ops["expire_snapshots"]["output"]["execution"] == "distributed"
+    assert ops["expire_snapshots"]["output"]["execution"] == "client"
     assert all(op["status"] != "failed" for t in tables.values() for op in t["ops"])
 
 
@@ -195,6 +200,24 @@ def test_rows_identical_files_compacted_snapshots_expired(connect_pass: ConnectP
         snapshots = lh.table(key).metadata.snapshots
         assert not {s.snapshot_id for s in snapshots} & connect_pass.snapshots_before[key]
         assert 1 <= len(snapshots) <= 2
+
+
+def test_expiry_deleted_what_only_the_expired_snapshots_reached(
+    connect_pass: ConnectPass,
+) -> None:
+    """The data files compaction replaced and the expired snapshots' manifest lists are
+    gone from storage; every file the table reads is there."""
+    lh = connect_pass.lakehouse
+    for key, before in connect_pass.data_paths_before.items():
+        live = set(lh.data_file_paths(key))
+        replaced = before - live
+        assert replaced, key  # compaction replaced them: expiry had files to delete
+        assert [p for p in replaced if p.exists()] == [], key
+        assert all(p.exists() for p in live), key
+        table = lh.table(key)
+        kept_lists = {Path(s.manifest_list).name for s in table.metadata.snapshots}
+        metadata = Path(table.location().removeprefix("file://").removeprefix("file:"))
+        assert {p.name for p in (metadata / "metadata").glob("snap-*.avro")} == kept_lists, key
 
 
 def test_old_orphan_removed_young_file_kept(connect_pass: ConnectPass) -> None:
@@ -437,3 +460,35 @@ def test_tables_sharing_a_folder_keep_each_others_files_when_expiry_and_orphans_
             assert lh.rows_without_spark(key) == expected, key
     finally:
         stop_spark()
+
+
+def test_a_small_tables_expiry_takes_the_procedure_when_a_tag_past_its_age_must_go(
+    spark_connect: ConnectServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small table expires in the client on Connect only where pyiceberg's expiry leaves
+    nothing of Iceberg's undone: a tag past its ``max-ref-age-ms`` is dropped by Iceberg's
+    procedure, so such a table takes the procedure, and the tag and the snapshots go."""
+    lh = remote_lakehouse(
+        tmp_path / "lakehouse",
+        spark_connect,
+        "unused",
+        expire_snapshots={"retention_threshold": "1s", "retain_last": 1},
+    )
+    table = lh.add_table(EVENTS, appends=3)
+    rows = lh.rows_without_spark(EVENTS)
+    first = table.metadata.snapshots[0].snapshot_id
+    table.manage_snapshots().create_tag(first, "audit", max_ref_age_ms=1000).commit()
+    assert "audit" in lh.table(EVENTS).metadata.refs
+    time.sleep(1.2)  # the tag, and every snapshot, older than their limits
+    config = ["--config", str(lh.config_path), "--json"]
+    try:
+        assert run_cli(["expire", "--table", EVENTS, *config]) == 0
+        expired = _op(json.loads(capsys.readouterr().out), EVENTS, "expire_snapshots")
+    finally:
+        stop_spark()
+    assert expired["status"] == "completed", expired
+    assert expired["output"]["execution"] == "distributed"
+    after = lh.table(EVENTS).metadata
+    assert set(after.refs) == {"main"}  # the tag past its age is gone
+    assert [s.snapshot_id for s in after.snapshots] == [after.current_snapshot_id]
+    assert lh.rows_without_spark(EVENTS) == rows

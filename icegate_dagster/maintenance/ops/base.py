@@ -76,10 +76,9 @@ class OpContext:
         return is_remote(self.spark())
 
     @property
-    def driver_side(self) -> bool:
-        """Whether the table is small enough for metadata-bound work on the Spark driver
-        (Iceberg's table API) rather than a distributed procedure; never on Spark Connect,
-        where the driver is a server's (starts Spark when the table is small)."""
+    def small(self) -> bool:
+        """Whether the table is small enough for metadata-bound work in one process (the
+        Spark driver's table API, or pyiceberg here) rather than a distributed procedure."""
         from icegate_dagster.maintenance.iceberg_java import (
             DRIVER_SIDE_MAX_FILES,
             DRIVER_SIDE_MAX_MANIFESTS,
@@ -90,8 +89,14 @@ class OpContext:
             before.data_files + before.delete_files <= DRIVER_SIDE_MAX_FILES
             and before.manifests <= DRIVER_SIDE_MAX_MANIFESTS
             and before.snapshots <= DRIVER_SIDE_MAX_MANIFESTS
-            and not self.on_connect
         )
+
+    @property
+    def driver_side(self) -> bool:
+        """Whether the table is :attr:`small` and Spark's driver is ours, for its table API;
+        never on Spark Connect, where the driver is a server's (starts Spark when the table
+        is small)."""
+        return self.small and not self.on_connect
 
     def java_table(self) -> Any:
         """Iceberg's Java table of this table on the Spark driver (starts Spark); refused on

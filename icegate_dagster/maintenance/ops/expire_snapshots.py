@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.catalog import PYICEBERG_MAX_FORMAT_VERSION
 from icegate_dagster.config import format_bytes, format_duration
 from icegate_dagster.config.secrets import scrub
-from icegate_dagster.errors import describe_error
+from icegate_dagster.errors import OperationError, describe_error
 from icegate_dagster.maintenance.discovery import normalize_location
 from icegate_dagster.maintenance.ops.base import OpContext, Operation, Plan
 from icegate_dagster.maintenance.ops.file_deletes import delete_files, delete_files_without_spark
@@ -480,7 +481,7 @@ class ExpireSnapshots(Operation):
         specs_before, schemas_before = _metadata_ids(ctx.table)
         # The procedure deletes by its own diff, blind to other tables: a table whose
         # location overlaps another's (or may: one cannot be read) deletes on the driver.
-        if ctx.driver_side or not rule.delete_files or _may_share(ctx):
+        if ctx.driver_side or _client_side(ctx) or not rule.delete_files or _may_share(ctx):
             out = self._on_driver(ctx, older_than)
         else:
             args = {
@@ -591,6 +592,14 @@ class ExpireSnapshots(Operation):
         rule = ctx.settings.expire_snapshots
         cutoff_ms = int(older_than.timestamp() * 1000)
         on_connect = ctx.on_connect
+        version = ctx.table.metadata.format_version
+        if on_connect and version > PYICEBERG_MAX_FORMAT_VERSION:
+            raise OperationError(
+                f"{ctx.ref.key} is a format-version {version} table whose expiry must "
+                "delete its own files (it may share its folder, or delete_files is false): "
+                "that needs Iceberg's Java API, which a Spark Connect client has not (and "
+                "pyiceberg writes no such metadata); expire it with a local Spark session"
+            )
 
         def expire() -> tuple[Table, Any]:
             # Loaded before the commit: every snapshot the commit can remove is in it (one
@@ -680,6 +689,26 @@ def _expire_without_deletes(before: Table, rule: ExpireSnapshotsSettings, now: d
     doomed = sorted(expiring_snapshots(table, rule, now) - protected)
     if doomed:
         table.maintenance.expire_snapshots().by_ids(doomed).commit()
+
+
+def _client_side(ctx: OpContext) -> bool:
+    """On Spark Connect, whether a small table expires here, by pyiceberg (the metadata
+    commit, then the deletes through its FileIO: output ``execution: client``) rather than
+    by Iceberg's procedure, a Spark job on the server for a few metadata files. Only when
+    that leaves nothing of the procedure's undone: the table has no ref but ``main`` (the
+    procedure also drops branches and tags past their age), and no partition spec or
+    schema that ``clean_expired_metadata`` could drop (it has one of each, or the setting
+    is off)."""
+    if not (ctx.small and ctx.on_connect):
+        return False
+    metadata = ctx.table.metadata
+    if metadata.format_version > PYICEBERG_MAX_FORMAT_VERSION:  # pyiceberg cannot commit it
+        return False
+    if set(metadata.refs) - {"main"}:
+        return False
+    rule = ctx.settings.expire_snapshots
+    single = len(metadata.partition_specs) == 1 and len(metadata.schemas) == 1
+    return single or not rule.clean_expired_metadata
 
 
 def _may_share(ctx: OpContext) -> bool:

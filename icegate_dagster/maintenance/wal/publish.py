@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from icegate_dagster.catalog import PYICEBERG_MAX_FORMAT_VERSION
 from icegate_dagster.errors import OperationError, describe_error
 from icegate_dagster.maintenance.identifiers import TableRef, quote_identifier
 from icegate_dagster.maintenance.leases.store import check_lease
@@ -51,10 +52,6 @@ STAGING_PREFIX = "icegate_wal_"
 STALE_STAGING = timedelta(hours=1)
 #: Publish attempts when other writers keep committing first (each re-checks the WAL record).
 PUBLISH_ATTEMPTS = 8
-#: The newest table format version pyiceberg 0.12 writes (no format-version 3 metadata,
-#: manifest lists or row lineage): a newer table publishes through Iceberg's Java API,
-#: which needs a JVM in this process, and its branches change through Iceberg's SQL.
-PYICEBERG_MAX_FORMAT_VERSION = 2
 
 
 # -- the WAL record ------------------------------------------------------------
