@@ -492,3 +492,36 @@ def test_a_small_tables_expiry_takes_the_procedure_when_a_tag_past_its_age_must_
     assert set(after.refs) == {"main"}  # the tag past its age is gone
     assert [s.snapshot_id for s in after.snapshots] == [after.current_snapshot_id]
     assert lh.rows_without_spark(EVENTS) == rows
+
+
+def test_a_format_v3_tables_expiry_takes_the_procedure_on_connect(
+    spark_connect: ConnectServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pyiceberg writes no format-version 3 metadata: a small v3 table on Connect expires
+    through Iceberg's procedure on the server, never by a pyiceberg commit that would fail."""
+    lh = remote_lakehouse(
+        tmp_path / "lakehouse",
+        spark_connect,
+        "unused",
+        expire_snapshots={"retention_threshold": "1s", "retain_last": 1},
+    )
+    lh.add_table(EVENTS, appends=3)
+    rows = lh.rows_without_spark(EVENTS)
+    config = ["--config", str(lh.config_path), "--json"]
+    try:
+        get_spark(lh.config).sql(
+            f"ALTER TABLE {lh.config.catalog.name}.{EVENTS} "
+            "SET TBLPROPERTIES ('format-version'='3')"
+        )
+        assert lh.table(EVENTS).format_version == 3
+        time.sleep(1.2)  # every snapshot older than the threshold
+        assert run_cli(["expire", "--table", EVENTS, *config]) == 0
+        expired = _op(json.loads(capsys.readouterr().out), EVENTS, "expire_snapshots")
+    finally:
+        stop_spark()
+    assert expired["status"] == "completed", expired
+    assert expired["output"]["execution"] == "distributed"
+    after = lh.table(EVENTS).metadata
+    assert after.format_version == 3
+    assert [s.snapshot_id for s in after.snapshots] == [after.current_snapshot_id]
+    assert lh.rows_without_spark(EVENTS) == rows
