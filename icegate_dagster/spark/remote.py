@@ -11,6 +11,7 @@ Code that reaches into the JVM asks :func:`is_remote` and takes its Connect equi
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -121,6 +122,10 @@ def connect(config: IcegateConfig, extra: Mapping[str, str] | None = None) -> Sp
             "install the project's connect extra (pip install -e '.[connect]'; "
             "scripts/setup.sh does)"
         ) from None
+    # PySpark's functions (F.col, F.lit, ...) pick Connect's implementation by this
+    # process-wide flag, which PySpark's own builder sets; without it they take the classic
+    # path and fail on a missing SparkContext. A process is either Connect's or classic.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     try:
         session = RemoteSession.builder.remote(url).create()
         check_extensions(session, url)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -35,29 +35,16 @@ from icegate_dagster.maintenance.wal import (
     configured_wal_root,
     quarantined_files,
 )
-from icegate_dagster.spark.remote import session_settings, set_session_settings
+from icegate_dagster.spark.session import get_spark
 from tests.integration.test_wal_compaction import TABLE, WAL_RULES, as_rows, fill_wal
 from tests.lakehouse import Lakehouse, LakehouseFactory
 from tests.surfaces.spark_connect_server import ConnectServer
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
 def connect_url(spark_connect: ConnectServer) -> str:
     """The test session's Spark Connect server (tests/surfaces/conftest.py)."""
     return spark_connect.url
-
-
-def _session(url: str, lh: Lakehouse) -> SparkSession:
-    """A Connect client session with the lakehouse's catalog registered on it."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(url).getOrCreate()
-    # What a run sets on its session: the catalog, UTC, nanoseconds as longs.
-    set_session_settings(spark, session_settings(lh.config, {}))
-    return spark
 
 
 def _client_main(config_path: str, url: str, create_v3: str) -> None:
@@ -68,20 +55,27 @@ def _client_main(config_path: str, url: str, create_v3: str) -> None:
     from icegate_dagster.catalog import open_catalog
     from icegate_dagster.config import load_config
 
+    os.environ["SPARK_REMOTE"] = url  # as a user sets it: the run's session is Connect's
     path = Path(config_path)
     config = load_config(path)
+    assert config.spark.remote == url
     lh = Lakehouse(path.parent, path, config, open_catalog(config.catalog))
     ref = TableRef.parse(TABLE)
     if create_v3 == "v3":
-        _session(url, lh).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
+        get_spark(config).sql(  # pyiceberg 0.12 writes no format-version 3 metadata
             f"CREATE TABLE {ref.spark_identifier(config.catalog.name)} (id BIGINT, "
             "service STRING, timestamp TIMESTAMP, body STRING) USING iceberg "
             "PARTITIONED BY (service) TBLPROPERTIES ('format-version'='3')"
         )
+    if create_v3 == "client-fault":
+        get_spark(config)
+        # PySpark's functions now take the classic path: each fails in this process, before
+        # any file reaches Spark (as they did before the session set the flag).
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED")
     report: dict[str, Any] = {}
     try:
         outcome = compact_wal(
-            lambda: _session(url, lh),
+            lambda: get_spark(config),
             config.catalog.name,
             ref,
             lh.table(TABLE),
@@ -98,7 +92,12 @@ def _client_main(config_path: str, url: str, create_v3: str) -> None:
 
 
 def _client(
-    lh: Lakehouse, url: str, *, kill_at: str | None = None, create_v3: bool = False
+    lh: Lakehouse,
+    url: str,
+    *,
+    kill_at: str | None = None,
+    create_v3: bool = False,
+    client_fault: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`_client_main` in a fresh interpreter; its report, or ``{"killed": True}``."""
     script = (
@@ -109,7 +108,8 @@ def _client(
     env["PYTHONPATH"] = str(Path(__file__).parents[2])
     if kill_at is not None:
         env[KILL_AT_ENV] = kill_at
-    args = [str(lh.config_path), url, "v3" if create_v3 else "-"]
+    mode = "v3" if create_v3 else "client-fault" if client_fault else "-"
+    args = [str(lh.config_path), url, mode]
     child = subprocess.run(  # noqa: S603
         [sys.executable, "-c", script, *args],
         env=env,
@@ -201,3 +201,19 @@ def test_a_format_v3_table_is_refused_over_connect_before_anything_is_written(
     assert table.format_version == 3
     assert table.metadata.snapshots == []
     assert not table.metadata.refs
+
+
+def test_a_fault_of_the_client_quarantines_no_wal_file(connect_url: str, lh: Lakehouse) -> None:
+    """An error raised by PySpark in this process (here its functions on the classic path)
+    says nothing about a file: the op fails, every WAL file waits for the next run."""
+    expected = _rows(lh) + fill_wal(lh, files=3)
+    waiting = lh.wal_files(TABLE)
+
+    report = _client(lh, connect_url, client_fault=True)
+
+    assert report["status"] == "error", report
+    assert "not the file's fault" in report["details"]
+    assert lh.wal_files(TABLE) == waiting
+    assert quarantined_files(configured_wal_root(lh.config), TableRef.parse(TABLE)) == []
+    assert _client(lh, connect_url)["status"] == "completed"  # the next run ingests them
+    assert _rows(lh) == expected

@@ -150,11 +150,22 @@ def require_wal_filesystem(spark: SparkSession, folder: str) -> None:
         ) from None
 
 
+#: Errors of Python code in this process (PySpark's client), never of a file Spark read.
+CLIENT_FAULTS = (AssertionError, AttributeError, NameError, TypeError, ImportError)
+
+
 def spark_problem(spark: SparkSession, identifier: str, item: GoodFile) -> str | None:
     """Why Spark cannot read and convert this one file, or None."""
     require_nanos_as_long(spark, bool(item.nanos))  # fails the op, quarantines nothing
     try:
         batch_frame(spark, identifier, [item]).write.format("noop").mode("overwrite").save()
+    except CLIENT_FAULTS as exc:
+        # Raised in this process before Spark saw the file (PySpark's client in a state it
+        # does not expect): no file is to blame, so none is quarantined.
+        raise OperationError(
+            f"PySpark failed in this process while preparing to read {item.file.name} "
+            f"({describe_error(exc)}): not the file's fault, no file was quarantined"
+        ) from exc
     except Exception as exc:
         return f"Spark cannot read it: {describe_error(exc)}"
     return None
