@@ -525,3 +525,35 @@ def test_a_format_v3_tables_expiry_takes_the_procedure_on_connect(
     assert after.format_version == 3
     assert [s.snapshot_id for s in after.snapshots] == [after.current_snapshot_id]
     assert lh.rows_without_spark(EVENTS) == rows
+
+
+def test_readmes_demo_on_connect_maintains_the_lakehouse_with_no_jvm_of_its_own(
+    spark_connect: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's first command with ``$SPARK_REMOTE`` set and nothing else changed: every
+    table compacted, each WAL row ingested once and no WAL file left, the old orphan gone
+    and the file of a write in progress kept; no JVM below the demo's process."""
+    monkeypatch.setenv("SPARK_REMOTE", spark_connect.url)
+    monkeypatch.delenv("ICEGATE_CONFIG", raising=False)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+
+    run = run_client("cli", ["demo"], tmp_path)
+
+    assert run.completed.returncode == 0, run.completed.stdout + run.completed.stderr[-3000:]
+    assert run.report["jvm_gateway"] is False
+    assert run.seen.javas() == [], run.seen.javas()
+    lines = {
+        line.split()[0]: line
+        for line in run.completed.stdout.splitlines()
+        if line.startswith("lakehouse.") and "->" in line
+    }
+    # Compacted, and the WAL's rows added to the tables' (12,000 + 24 files x 200 rows).
+    assert "300 -> 5" in lines["lakehouse.logs"] and "12000 -> 16800" in lines["lakehouse.logs"]
+    assert "160 -> 4" in lines["lakehouse.spans"] and "6400 -> 8320" in lines["lakehouse.spans"]
+    assert "80 -> 1" in lines["lakehouse.orders"]
+    assert all(line.rstrip().endswith("ok") for line in lines.values()), lines
+    wal = tmp_path / ".icegate" / "wal"
+    assert [p for p in wal.rglob("*.parquet")] == []  # ingested, none quarantined
+    data = next((tmp_path / ".icegate" / "warehouse").glob("lakehouse*/logs/data"))
+    assert not (data / "00000-failed-write-orphan.parquet").exists()
+    assert (data / "00000-write-in-progress.parquet").exists()
