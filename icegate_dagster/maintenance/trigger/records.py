@@ -284,18 +284,31 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:STATE_CHARS]
 
 
-def shown_state(passed: bool, due: Iterable[str], excluded: bool = False) -> str:
+def _checks_part(failing: Iterable[str] | None) -> str:
+    """The checks' part of a shown state: which of the metadata checks failed, or that
+    their verdicts are not recorded on the page (None)."""
+    return "|unchecked" if failing is None else "|checks:" + ",".join(failing)
+
+
+def shown_state(
+    passed: bool,
+    due: Iterable[str],
+    excluded: bool = False,
+    failing: Iterable[str] | None = None,
+) -> str:
     """What a table's partition page says of it, in a few characters: its ``healthy``
-    verdict, its due operations (names, in pass order) and whether it is excluded from
-    maintenance. Whoever records the page (a run, a CLI pass, the health sensor) remembers
-    it, so the sensor records again only on a change."""
+    verdict, its due operations (names, in pass order), whether it is excluded from
+    maintenance and which of the checks the metadata alone can judge failed (``failing``;
+    None: their verdicts are not recorded). Whoever records the page (a run, a CLI pass,
+    the health sensor) remembers it, so the sensor records again only on a change."""
     return _digest(
         f"{'pass' if passed else 'fail'}:{','.join(due)}{':excluded' if excluded else ''}"
+        + _checks_part(failing)
     )
 
 
-def error_state(error: str) -> str:
+def error_state(error: str, failing: Iterable[str] | None = None) -> str:
     """The shown state of a table that could not be assessed: the error with its numbers
     (ports, ids, times) left out, so an error that only words itself differently each
-    tick is one state."""
-    return _digest("error:" + re.sub(r"\d+", "#", error)[:200])
+    tick is one state; ``failing`` as for :func:`shown_state`."""
+    return _digest("error:" + re.sub(r"\d+", "#", error)[:200] + _checks_part(failing))
