@@ -83,9 +83,10 @@ def bench_sensor(work: Path, settings: Settings) -> list[Figure]:
 
 def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     """The health trigger over 1,000 tables (950 healthy, 50 with 15 small files each):
-    one fresh process per repetition, three ticks each as the daemon runs them (manifests
-    read; cached and unchanged; after the 50 busy tables' verdicts changed), with the
-    events each records (per-table health on change only)."""
+    one fresh process per repetition, its ticks as the daemon runs them (manifests read;
+    those recording every table's check verdicts; cached and unchanged; after the 50 busy
+    tables' verdicts changed), with the events and check evaluations each records (per
+    table on change only)."""
     healthy, busy = settings.pick((950, 50), (45, 5))
 
     def build(root: Path) -> Path:
@@ -155,6 +156,25 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
             f"{data['third_table_events']} table events (one each of the {waiting} not "
             f"requested; the requested ones are recorded by their run); idle a day: "
             f"{steady} x 2880 ticks + 24 hourly lakehouse_health",
+        ),
+        Figure(
+            f"health_checks_{count}",
+            float(data["checks_evaluations"]),
+            None,
+            "evaluations",
+            "one per table and metadata check, then only on a change",
+            data["checks_evaluations"] == 4 * count
+            and data["second_evaluations"] == 0
+            and data["third_evaluations"] == 4 * waiting,
+            f"the check verdicts of {count} tables, after the first tick: "
+            f"{data['checks_ticks']} ticks ({data['checks_s']:.1f}s of evaluation in all, the "
+            f"longest {data['checks_max_s']:.1f}s), {data['checks_runs']} runs of "
+            f"icegate_health_checks storing {data['checks_run_events']} events (the "
+            f"evaluations and each run's own); an unchanged tick: "
+            f"{data['second_evaluations']} evaluations, {data['second_runs']} runs; after "
+            f"{changed} tables' verdicts changed: {data['third_evaluations']} evaluations "
+            f"({waiting} tables not requested x 4) in {data['third_runs']} run, "
+            f"{data['third_run_events']} events, the tick {third:.1f}s",
         ),
     ]
 

@@ -54,7 +54,14 @@ from icegate_dagster.maintenance.health.checks import (
 )
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.trigger.look import LakehouseLook
-from icegate_dagster.maintenance.trigger.records import TableMemory, error_state, shown_state
+from icegate_dagster.maintenance.trigger.records import (
+    TableMemory,
+    checks_part,
+    error_state,
+    page_part,
+    shown_state,
+    unchecked,
+)
 from icegate_dagster.maintenance.trigger.store import StoredLook
 from icegate_dagster.maintenance.wal import WalStats
 
@@ -203,7 +210,9 @@ def partition_events(
         ):
             continue  # a pass recorded the page after this look: compared at the next look
         outcomes = _verdicts(seen, look, settings_of(table))
-        if remembered is not None and remembered.shown_state == _state(seen, outcomes):
+        state = _state(seen, outcomes)
+        shown = remembered.shown_state if remembered is not None else None
+        if page_part(shown) == page_part(state) and checks_part(shown) == checks_part(state):
             continue
         changed.append((table, seen, outcomes))
     waiting = max(0, len(changed) - limit)
@@ -224,18 +233,18 @@ def partition_events(
             if remembered is not None and remembered.shown_state is not None
             else statuses.get(table) is not None
         )
-        unchecked = _state(seen, None)
+        shown = remembered.shown_state if remembered is not None else None
         if not materialized and seen.health is not None:
             # Its checks wait for the next tick: an evaluation judges the partition's
             # latest materialization, which this one is once the daemon stored it.
             page.events.append(assessment_event(table, seen.health, verdict))
-            state, materialized = unchecked, True
+            state, materialized = unchecked(state), True
         else:
-            if remembered is None or remembered.shown_state != unchecked:
+            if page_part(shown) != page_part(state):
                 page.events.append(observation_event(table, seen.health, verdict, state))
-            # else the page shows this already, only not the checks' verdicts
-            page.checks[table] = outcomes
-            page.unchecked[table] = unchecked
+            if checks_part(shown) != checks_part(state):
+                page.checks[table] = outcomes
+                page.unchecked[table] = unchecked(state)
         page.shown.append((table, state, materialized))
     return page
 
@@ -252,10 +261,9 @@ def _verdicts(seen: StoredLook, look: LakehouseLook, settings: TableSettings) ->
     )
 
 
-def _state(seen: StoredLook, outcomes: list[CheckOutcome] | None) -> str:
-    """What the table's page shows once ``outcomes`` are recorded on it (None: no check
-    evaluation of it recorded)."""
-    failing = failing_checks(outcomes) if outcomes is not None else None
+def _state(seen: StoredLook, outcomes: list[CheckOutcome]) -> str:
+    """What the table's page shows once ``outcomes`` are recorded on it."""
+    failing = failing_checks(outcomes)
     if seen.health is not None:
         return shown_state(
             seen.health.healthy,
