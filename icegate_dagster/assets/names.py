@@ -52,6 +52,7 @@ MAINTENANCE_JOBS = frozenset(
         "collect_orphans_job",
         "delete_collected_orphans_job",
         CLI_PASS_JOB,
+        HEALTH_CHECKS_JOB,
     }
 )
 MAINTENANCE_ASSETS = frozenset(

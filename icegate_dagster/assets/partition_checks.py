@@ -3,12 +3,13 @@ alone can judge (``healthy``, ``small_files``, ``snapshot_count``, ``wal_backlog
 table's partition, each time one of them changes.
 
 Recorded in a short run of ``icegate_health_checks`` (in the sensor's process, no Spark:
-it only records), not run-less: Dagster 1.13 stores each check evaluation as a row of
-``asset_check_executions`` under a unique index on (asset key, check name, run id,
-partition), and every run-less event has the same run id (the empty string), so the
-second run-less evaluation of a partition's check fails with an integrity error (and
-with it the tick that reported it). A run gives each tick's evaluations a run id of their
-own; only a tick with a changed verdict makes one.
+it only records; it keeps a heartbeat in the lease store like any maintenance run, so the
+sensors fail one whose process died), not run-less: Dagster 1.13 stores each check
+evaluation as a row of ``asset_check_executions`` under a unique index on (asset key,
+check name, run id, partition), and every run-less event has the same run id (the empty
+string), so the second run-less evaluation of a partition's check fails with an integrity
+error (and with it the tick that reported it). A run gives each tick's evaluations a run
+id of their own; only a tick with a changed verdict makes one.
 
 Each evaluation judges the partition's latest materialization (as a maintenance run's
 do), so the check's Partitions view shows the table Passed or Failed until a newer
@@ -21,10 +22,16 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from icegate_dagster.assets.names import HEALTH_CHECKS_JOB, SOURCE_TAG, TABLES_TAG
+from icegate_dagster.assets.names import (
+    CODE_LOCATION_TAGS,
+    HEALTH_CHECKS_JOB,
+    SOURCE_TAG,
+    TABLES_TAG,
+)
 from icegate_dagster.assets.partition_events import log_checks
 from icegate_dagster.assets.partition_observations import HEALTH_SOURCE
 from icegate_dagster.maintenance.health.checks import CheckOutcome
+from icegate_dagster.resources import LakehouseResource
 
 #: Below this many seconds left before its deadline a tick starts no recording run (Dagster
 #: takes about a second to start one); its verdicts wait for the next tick.
@@ -44,13 +51,14 @@ class RecordedChecks:
 
 def record_checks(
     instance: dg.DagsterInstance,
+    lakehouse: LakehouseResource,
     checks: Mapping[str, Sequence[CheckOutcome]],
     *,
     until: float,
 ) -> RecordedChecks:
     """Store each table's ``checks`` as evaluations of its partition, in one short run of
-    :data:`HEALTH_CHECKS_JOB`, table by table until ``until`` (``time.monotonic()``): the
-    tables left wait for the next tick."""
+    :data:`HEALTH_CHECKS_JOB` (``lakehouse`` keeps its heartbeat), table by table until
+    ``until`` (``time.monotonic()``): the tables left wait for the next tick."""
     recorded = RecordedChecks()
     if not checks:
         return recorded
@@ -61,7 +69,11 @@ def record_checks(
         )
         return recorded
 
-    @dg.op(name="record_checks", description="Record the check verdicts that changed.")
+    @dg.op(
+        name="record_checks",
+        description="Record the check verdicts that changed.",
+        required_resource_keys={"lakehouse"},  # its set-up keeps the run's heartbeat
+    )
     def record(context: dg.OpExecutionContext) -> None:
         for table, outcomes in checks.items():
             if time.monotonic() >= until:
@@ -79,7 +91,8 @@ def record_checks(
 
     outcome = health_checks.execute_in_process(
         instance=instance,
-        tags={SOURCE_TAG: HEALTH_SOURCE, TABLES_TAG: str(len(checks))},
+        resources={"lakehouse": lakehouse},
+        tags={SOURCE_TAG: HEALTH_SOURCE, TABLES_TAG: str(len(checks)), **CODE_LOCATION_TAGS},
         run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
         raise_on_error=False,
     )

@@ -56,6 +56,7 @@ from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.trigger.look import LakehouseLook
 from icegate_dagster.maintenance.trigger.records import (
     TableMemory,
+    checked,
     checks_part,
     error_state,
     page_part,
@@ -207,8 +208,11 @@ def partition_events(
             remembered is not None
             and remembered.shown_at is not None
             and remembered.shown_at > seen.looked_at
+            and checked(remembered.shown_state)
         ):
-            continue  # a pass recorded the page after this look: compared at the next look
+            # A pass recorded the page after this look: compared at the next look. (A page
+            # whose checks' verdicts wait is the sensor's own, from this very look.)
+            continue
         outcomes = _verdicts(seen, look, settings_of(table))
         state = _state(seen, outcomes)
         shown = remembered.shown_state if remembered is not None else None

@@ -216,6 +216,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
     # Without the trigger's memory nothing is remembered: no run would be the last.
     checked = record_checks(
         context.instance,
+        tick.lakehouse,
         page.checks if tick.memory is not None else {},
         until=tick.deadline - CHECKS_MARGIN_S,
     )

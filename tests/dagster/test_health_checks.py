@@ -15,6 +15,7 @@ from dagster._core.event_api import PartitionKeyFilter
 from icegate_dagster.assets.names import HEALTH_CHECKS_JOB, MAINTAINED_TABLE, iceberg_tables
 from icegate_dagster.maintenance.health.checks import METADATA_CHECKS
 from icegate_dagster.resources import LakehouseResource
+from icegate_dagster.sensors.healing import is_maintenance_run
 from icegate_dagster.sensors.health_sensor import table_health_sensor
 from tests.lakehouse import Lakehouse, LakehouseFactory
 
@@ -163,6 +164,8 @@ def test_a_changed_verdict_is_recorded_again(
     assert evaluations(instance) == before + len(METADATA_CHECKS)
     new_runs = [r for r in instance.get_runs() if r.run_id not in runs]
     assert [r.job_name for r in new_runs] == [HEALTH_CHECKS_JOB]
+    # A maintenance run to the healer: one whose process died is failed like any other.
+    assert is_maintenance_run(new_runs[0]) and new_runs[0].is_success
 
 
 def test_dagster_stores_one_run_less_evaluation_per_partition_and_check(

@@ -327,3 +327,9 @@ def checks_part(state: str | None) -> str | None:
 def unchecked(state: str) -> str:
     """``state`` with the checks' verdicts not recorded."""
     return state[:STATE_CHARS] + _checks_part(None)
+
+
+def checked(state: str | None) -> bool:
+    """Whether a shown state includes the checks' verdicts: a run's or a CLI pass's always
+    does; the health sensor's lacks them while they wait for a later tick."""
+    return checks_part(state) not in (None, _checks_part(None))
