@@ -213,6 +213,7 @@ def health_sensor(config_path: str, keys_file: str) -> None:
         instance.add_dynamic_partitions(iceberg_tables.name, keys)
         ticks = ["first", *(f"checks{n}" for n in range(1, MAX_CHECK_TICKS + 1))]
         settled = False
+        requested: set[str] = set()
         for tick in [*ticks, "second", "third"]:
             if tick.startswith("checks") and settled:
                 continue
@@ -225,6 +226,14 @@ def health_sensor(config_path: str, keys_file: str) -> None:
                     with table.transaction() as change:
                         change.set_properties({"icegate.health.min_score": "65"})
                 figures["changed_tables"] = len(busy)
+                # And one commit on as many healthy tables: a second snapshot, over the
+                # lakehouse's checks.max_snapshots of 1: their snapshot_count verdicts change
+                # (nothing else their pages show).
+                grown = [k for k in keys if ".busy" not in k][: len(busy)]
+                for key in grown:
+                    table = catalog.load_table(TableRef.parse(key).identifier)
+                    table.append(table.scan(limit=1).to_arrow())
+                figures["checks_changed"] = len(grown)
             context = dg.build_sensor_context(
                 instance=instance, resources={"lakehouse": resource_}, cursor=cursor
             )
@@ -233,10 +242,14 @@ def health_sensor(config_path: str, keys_file: str) -> None:
             figures[f"{tick}_s"] = time.perf_counter() - started
             assert isinstance(result, dg.SensorResult)
             figures[f"{tick}_requested"] = len(result.run_requests or [])
-            figures[f"{tick}_requested_tables"] = sum(
-                len(r.run_config["ops"]["plan_batch"]["config"]["tables"])
+            asked = [
+                entry["table"]
                 for r in result.run_requests or []
-            )
+                for entry in r.run_config["ops"]["plan_batch"]["config"]["tables"]
+            ]
+            figures[f"{tick}_requested_tables"] = len(asked)
+            if tick.startswith(("first", "checks")):
+                requested.update(asked)
             events = list(result.asset_events or [])
             figures[f"{tick}_events"] = len(events)
             figures[f"{tick}_table_events"] = sum(1 for e in events if e.partition)
@@ -256,6 +269,12 @@ def health_sensor(config_path: str, keys_file: str) -> None:
             figures[f"{tick}_runs"] = now_runs - runs
             figures[f"{tick}_run_events"] = now_logged - logged
             settled = tick.startswith("checks") and figures[f"{tick}_evaluations"] == 0
+            if tick.startswith(("first", "checks")):  # tables the healthy check judges
+                infos = instance.event_log_storage.get_asset_check_partition_info(
+                    [dg.AssetCheckKey(MAINTAINED_TABLE, "healthy")]
+                )
+                figures["judged_tables"] = sum(1 for i in infos if i.is_current)
+        figures["requested_tables"] = len(requested)
         checks = [t for t in ticks[1:] if f"{t}_s" in figures]
         figures["checks_ticks"] = sum(1 for t in checks if figures[f"{t}_evaluations"])
         for name in ("s", "evaluations", "runs", "run_events", "events"):
