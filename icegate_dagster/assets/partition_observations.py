@@ -214,9 +214,7 @@ def partition_events(
             # whose checks' verdicts wait is the sensor's own, from this very look.)
             continue
         outcomes = _verdicts(seen, look, settings_of(table))
-        state = _state(seen, outcomes)
-        shown = remembered.shown_state if remembered is not None else None
-        if page_part(shown) == page_part(state) and checks_part(shown) == checks_part(state):
+        if remembered is not None and remembered.shown_state == _state(seen, outcomes):
             continue
         changed.append((table, seen, outcomes))
     waiting = max(0, len(changed) - limit)
