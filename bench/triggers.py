@@ -169,7 +169,8 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
             "evaluations",
             "4 per table judged, then only on a change",
             data["checks_evaluations"] == 4 * data["judged_tables"]
-            and data["judged_tables"] + data["requested_tables"] == count
+            # Every table the trigger did not request (some it requested were judged first).
+            and data["judged_tables"] + data["requested_tables"] >= count
             and data["second_evaluations"] == 0
             and data["third_evaluations"] == 4 * data["checks_changed"],
             f"the four metadata checks' verdicts of {data['judged_tables']} tables (the "
