@@ -30,6 +30,8 @@ from icegate_dagster.assets.names import (
 )
 from icegate_dagster.assets.partition_events import log_checks
 from icegate_dagster.assets.partition_observations import HEALTH_SOURCE
+from icegate_dagster.config.secrets import scrub
+from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.health.checks import CheckOutcome
 from icegate_dagster.resources import LakehouseResource
 
@@ -89,13 +91,18 @@ def record_checks(
     def health_checks() -> None:
         record()
 
-    outcome = health_checks.execute_in_process(
-        instance=instance,
-        resources={"lakehouse": lakehouse},
-        tags={SOURCE_TAG: HEALTH_SOURCE, TABLES_TAG: str(len(checks)), **CODE_LOCATION_TAGS},
-        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
-        raise_on_error=False,
-    )
+    try:
+        outcome = health_checks.execute_in_process(
+            instance=instance,
+            resources={"lakehouse": lakehouse},
+            tags={SOURCE_TAG: HEALTH_SOURCE, TABLES_TAG: str(len(checks)), **CODE_LOCATION_TAGS},
+            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+            raise_on_error=False,
+        )
+    except Exception as exc:  # the instance refused the run: the tick goes on without it
+        error = describe_error(exc, lambda text: scrub(text, lakehouse.config()))
+        recorded.problem = f"cannot record the check verdicts in a run: {error}"
+        return recorded
     recorded.run_id = outcome.run_id
     if not outcome.success:
         recorded.problem = f"the Dagster run {outcome.run_id} recording the check verdicts failed"
