@@ -16,8 +16,9 @@ Sides:
   files (a throughput fixture; not timed).
 * ``pyarrow_rewrite PATHS_FILE OUT LEVEL``: read the Parquet files listed in
   ``PATHS_FILE`` and write them as one zstd file (``LEVEL`` a number or ``default``).
-* ``health_sensor CONFIG KEYS_FILE``: three ticks of the health trigger as the daemon runs
-  them (cold; cached and unchanged; after 50 tables' verdicts changed), events counted.
+* ``health_sensor CONFIG KEYS_FILE``: ticks of the health trigger as the daemon runs them
+  (cold; those recording every table's check verdicts; cached and unchanged; after 50
+  tables' verdicts changed), events and check evaluations counted.
 * ``sensor CONFIG KEYS_FILE``: one tick of each sensor (discovery, WAL sizing), each
   timed in-process.
 * ``scale CONFIG KEYS_FILE CHANGED``: the trigger's sensors over a large lakehouse: the
@@ -170,19 +171,27 @@ def sensor(config_path: str, keys_file: str) -> None:
     _emit({"discovery_s": discovery_s, "wal_s": wal_s, "tables": len(keys)})
 
 
+#: The most ticks ``health_sensor`` gives the check verdicts of every table.
+MAX_CHECK_TICKS = 40
+
+
 def health_sensor(config_path: str, keys_file: str) -> None:
-    """Three ticks of ``table_health_sensor`` over the listed tables in one process, as the
+    """Ticks of ``table_health_sensor`` over the listed tables in one process, as the
     daemon runs them (each tick's events stored in the instance, its cursor kept): the
-    first reads every table's manifests and records each table once; the second finds the
-    walks cached and nothing changed; before the third, the ``busy`` tables' own
+    first reads every table's manifests and records each table once; then the ticks that
+    record the tables' check verdicts (``checks``: one evaluation per table and metadata
+    check, in a short run per tick, until a tick records none); the second finds the walks
+    cached and nothing changed; before the third, the ``busy`` tables' own
     ``icegate.health.min_score`` property is raised above their score, so their verdicts
-    change. Each tick: evaluation time, events recorded, time to store them."""
+    change. Each tick: evaluation time, events recorded, time to store them, check
+    evaluations and the recording run's events."""
     import dagster as dg
 
-    from icegate_dagster.assets.names import iceberg_tables
+    from icegate_dagster.assets.names import HEALTH_CHECKS_JOB, MAINTAINED_TABLE, iceberg_tables
     from icegate_dagster.catalog import open_catalog
     from icegate_dagster.config import load_config
     from icegate_dagster.maintenance import TableRef
+    from icegate_dagster.maintenance.health.checks import METADATA_CHECKS
     from icegate_dagster.resources import LakehouseResource
     from icegate_dagster.sensors.health_sensor import table_health_sensor
 
@@ -190,9 +199,31 @@ def health_sensor(config_path: str, keys_file: str) -> None:
     resource_ = LakehouseResource(config_path=config_path)
     figures: dict[str, Any] = {"tables": len(keys)}
     cursor: str | None = None
+
+    def evaluations(instance: dg.DagsterInstance) -> int:
+        return sum(
+            len(
+                instance.event_log_storage.get_asset_check_execution_history(
+                    dg.AssetCheckKey(MAINTAINED_TABLE, name), limit=1_000_000
+                )
+            )
+            for name in METADATA_CHECKS
+        )
+
+    def run_events(instance: dg.DagsterInstance) -> tuple[int, int]:
+        """The recording runs so far, and every event they stored."""
+        runs = instance.get_runs(dg.RunsFilter(job_name=HEALTH_CHECKS_JOB))
+        return len(runs), sum(len(instance.all_logs(r.run_id)) for r in runs)
+
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(iceberg_tables.name, keys)
-        for tick in ("first", "second", "third"):
+        ticks = ["first", *(f"checks{n}" for n in range(1, MAX_CHECK_TICKS + 1))]
+        settled = False
+        requested: set[str] = set()
+        for tick in [*ticks, "second", "third"]:
+            if tick.startswith("checks") and settled:
+                continue
+            stored, (runs, logged) = evaluations(instance), run_events(instance)
             if tick == "third":
                 catalog = open_catalog(load_config(config_path).catalog)
                 busy = [k for k in keys if ".busy" in k]
@@ -201,6 +232,14 @@ def health_sensor(config_path: str, keys_file: str) -> None:
                     with table.transaction() as change:
                         change.set_properties({"icegate.health.min_score": "65"})
                 figures["changed_tables"] = len(busy)
+                # And one commit on as many healthy tables: a second snapshot, over the
+                # lakehouse's checks.max_snapshots of 1: their snapshot_count verdicts change
+                # (nothing else their pages show).
+                grown = [k for k in keys if ".busy" not in k][: len(busy)]
+                for key in grown:
+                    table = catalog.load_table(TableRef.parse(key).identifier)
+                    table.append(table.scan(limit=1).to_arrow())
+                figures["checks_changed"] = len(grown)
             context = dg.build_sensor_context(
                 instance=instance, resources={"lakehouse": resource_}, cursor=cursor
             )
@@ -209,10 +248,14 @@ def health_sensor(config_path: str, keys_file: str) -> None:
             figures[f"{tick}_s"] = time.perf_counter() - started
             assert isinstance(result, dg.SensorResult)
             figures[f"{tick}_requested"] = len(result.run_requests or [])
-            figures[f"{tick}_requested_tables"] = sum(
-                len(r.run_config["ops"]["plan_batch"]["config"]["tables"])
+            asked = [
+                entry["table"]
                 for r in result.run_requests or []
-            )
+                for entry in r.run_config["ops"]["plan_batch"]["config"]["tables"]
+            ]
+            figures[f"{tick}_requested_tables"] = len(asked)
+            if tick.startswith(("first", "checks")):
+                requested.update(asked)
             events = list(result.asset_events or [])
             figures[f"{tick}_events"] = len(events)
             figures[f"{tick}_table_events"] = sum(1 for e in events if e.partition)
@@ -227,6 +270,22 @@ def health_sensor(config_path: str, keys_file: str) -> None:
                 if isinstance(e, dg.AssetMaterialization) and e.partition is None
             ]
             figures[f"{tick}_assessed"] = assessed[0] if assessed else None
+            now_runs, now_logged = run_events(instance)
+            figures[f"{tick}_evaluations"] = evaluations(instance) - stored
+            figures[f"{tick}_runs"] = now_runs - runs
+            figures[f"{tick}_run_events"] = now_logged - logged
+            settled = tick.startswith("checks") and figures[f"{tick}_evaluations"] == 0
+            if tick.startswith(("first", "checks")):  # tables the healthy check judges
+                infos = instance.event_log_storage.get_asset_check_partition_info(
+                    [dg.AssetCheckKey(MAINTAINED_TABLE, "healthy")]
+                )
+                figures["judged_tables"] = sum(1 for i in infos if i.is_current)
+        figures["requested_tables"] = len(requested)
+        checks = [t for t in ticks[1:] if f"{t}_s" in figures]
+        figures["checks_ticks"] = sum(1 for t in checks if figures[f"{t}_evaluations"])
+        for name in ("s", "evaluations", "runs", "run_events", "events"):
+            figures[f"checks_{name}"] = sum(figures[f"{t}_{name}"] for t in checks)
+        figures["checks_max_s"] = max(figures[f"{t}_s"] for t in checks)
     _emit(figures)
 
 

@@ -85,14 +85,20 @@ def bench_sensor(work: Path, settings: Settings) -> list[Figure]:
 
 def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
     """The health trigger over 1,000 tables (950 healthy, 50 with 15 small files each):
-    one fresh process per repetition, three ticks each as the daemon runs them (manifests
-    read; cached and unchanged; after the 50 busy tables' verdicts changed), with the
-    events each records (per-table health on change only)."""
+    one fresh process per repetition, its ticks as the daemon runs them (manifests read;
+    those recording every table's check verdicts; cached and unchanged; after the 50 busy
+    tables' verdicts changed), with the events and check evaluations each records (per
+    table on change only)."""
     healthy, busy = settings.pick((950, 50), (45, 5))
 
     def build(root: Path) -> Path:
         # A budget of 10 tables a tick: the other due tables wait, as on a busy lakehouse.
-        lake = make_lakehouse(root, "bench_health", maintain={"trigger": {"max_tables": 10}})
+        # At most one snapshot: a healthy table's next commit fails its snapshot_count.
+        lake = make_lakehouse(
+            root,
+            "bench_health",
+            maintain={"trigger": {"max_tables": 10}, "checks": {"max_snapshots": 1}},
+        )
         keys = fixtures.healthy_tables(lake, healthy)
         catalog = lake.catalog()
         for t in range(busy):
@@ -157,6 +163,29 @@ def bench_health_sensor(work: Path, settings: Settings) -> list[Figure]:
             f"{data['third_table_events']} table events (one each of the {waiting} not "
             f"requested; the requested ones are recorded by their run); idle a day: "
             f"{steady} x 2880 ticks + 24 hourly lakehouse_health",
+        ),
+        Figure(
+            f"health_checks_{count}",
+            float(data["checks_evaluations"]),
+            None,
+            "evaluations",
+            "4 per table judged, then only on a change",
+            data["checks_evaluations"] == 4 * data["judged_tables"]
+            # Every table the trigger did not request (some it requested were judged first).
+            and data["judged_tables"] + data["requested_tables"] >= count
+            and data["second_evaluations"] == 0
+            and data["third_evaluations"] == 4 * data["checks_changed"],
+            f"the four metadata checks' verdicts of {data['judged_tables']} tables (the "
+            f"{data['requested_tables']} the trigger requested meanwhile wait for their "
+            f"runs), after the first tick: {data['checks_ticks']} ticks "
+            f"({data['checks_s']:.1f}s of evaluation in all, the longest "
+            f"{data['checks_max_s']:.1f}s), {data['checks_runs']} runs of icegate_health_checks "
+            f"storing {data['checks_run_events']} events (the evaluations and each run's own); "
+            f"an unchanged tick: {data['second_evaluations']} evaluations, "
+            f"{data['second_runs']} runs; after {data['checks_changed']} healthy tables' "
+            f"snapshot_count verdicts changed: {data['third_evaluations']} evaluations in "
+            f"{data['third_runs']} run, {data['third_run_events']} events, the tick "
+            f"{third:.1f}s",
         ),
     ]
 

@@ -11,6 +11,7 @@ assets.
   evaluations, whoever records them;
 - :mod:`.partition_observations`: what the health sensor records on partition pages
   without a run;
+- :mod:`.partition_checks`: the health sensor's check verdicts, in a short run;
 - :mod:`.maintained_table`: ``maintained_table``, one partition per table, its ops and
   checks;
 - :mod:`.maintenance_log`: ``maintenance_log``, the log table;

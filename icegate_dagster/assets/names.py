@@ -41,6 +41,9 @@ BATCH_JOB = "maintenance_batch_job"
 BATCH_PLAN = "plan_batch"
 #: The run in which an ``icegate-maintain`` pass with a Dagster instance records its tables.
 CLI_PASS_JOB = "icegate_cli_pass"
+#: The short run in which the health sensor records the check verdicts that changed (see
+#: ``assets.partition_checks``).
+HEALTH_CHECKS_JOB = "icegate_health_checks"
 #: This code location's jobs and assets: a run of one of them keeps a heartbeat in the
 #: lease store (see ``LakehouseResource``), so a run of one without it has no worker.
 MAINTENANCE_JOBS = frozenset(
@@ -52,6 +55,7 @@ MAINTENANCE_JOBS = frozenset(
         "collect_orphans_job",
         "delete_collected_orphans_job",
         CLI_PASS_JOB,
+        HEALTH_CHECKS_JOB,
     }
 )
 MAINTENANCE_ASSETS = frozenset(

@@ -26,6 +26,7 @@ from icegate_dagster.maintenance.health.after_pass import health_after
 from icegate_dagster.maintenance.health.checks import (
     CheckOutcome,
     evaluate_health,
+    failing_checks,
 )
 from icegate_dagster.maintenance.health.score import TableHealth
 from icegate_dagster.maintenance.health.summary import table_state
@@ -186,10 +187,11 @@ class TableRecord:
     def shown(self) -> str:
         """What the partition page shows once this is recorded (``records.shown_state``)."""
         verdict = next(o for o in self.outcomes if o.name == "healthy")
+        failing = failing_checks(self.outcomes)
         if self.health is None:
-            return error_state(verdict.description)
+            return error_state(verdict.description, failing)
         return shown_state(
-            verdict.passed, self.health.due_operations, self.health.excluded is not None
+            verdict.passed, self.health.due_operations, self.health.excluded is not None, failing
         )
 
     def still_due(self) -> dict[str, str] | None:

@@ -18,9 +18,14 @@ records only the differences:
 * a table the trigger asks for now, or that an unfinished run names, gets nothing: its
   run records it. A look older than a pass's record waits for the next tick.
 
-Why observations and not ``healthy`` check evaluations: Dagster 1.13 keeps one row per
-check, run and partition, and every run-less event has the same empty run id, so a second
-run-less evaluation of a partition's check fails to store, and with it the tick.
+The verdicts of the checks the metadata alone can judge (``healthy``, ``small_files``,
+``snapshot_count``, ``wal_backlog``: ``health.checks.metadata_checks``) are part of the
+shown state: when one changes, the table's check evaluations are recorded too (in a short
+run: :mod:`.partition_checks` says why), so each check's Partitions view shows every
+assessed table Passed or Failed. A table assessed in this tick gets them at the next (an
+evaluation judges the partition's latest materialization, which the assessment is once
+the daemon stored it); a page that shows a table's health but not yet its checks' verdicts
+gets only the evaluations.
 
 At most :data:`EVENTS_PER_TICK` events a tick (Dagster stores them one by one after the
 evaluation, about 10 ms each); the rest follow at the next ticks.
@@ -28,8 +33,8 @@ evaluation, about 10 ms each); the rest follow at the next ticks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
@@ -41,10 +46,25 @@ from icegate_dagster.assets.names import (
     iceberg_tables,
 )
 from icegate_dagster.assets.partition_events import health_metadata, verdicts_metadata
-from icegate_dagster.maintenance.health.checks import CheckOutcome, health_score_check
+from icegate_dagster.config import TableSettings
+from icegate_dagster.maintenance.health.checks import (
+    CheckOutcome,
+    failing_checks,
+    metadata_checks,
+)
 from icegate_dagster.maintenance.health.summary import HealthSummary
 from icegate_dagster.maintenance.trigger.look import LakehouseLook
-from icegate_dagster.maintenance.trigger.records import TableMemory, error_state, shown_state
+from icegate_dagster.maintenance.trigger.records import (
+    TableMemory,
+    checked,
+    checks_part,
+    error_state,
+    page_part,
+    shown_state,
+    unchecked,
+)
+from icegate_dagster.maintenance.trigger.store import StoredLook
+from icegate_dagster.maintenance.wal import WalStats
 
 #: Events one tick records at most.
 EVENTS_PER_TICK = 500
@@ -57,6 +77,8 @@ ASSESSED_BY = (
 OBSERVED_BY = "table_health_sensor, from Iceberg metadata"
 
 Event = dg.AssetMaterialization | dg.AssetObservation
+#: The WAL of a table without one (no ``wal.root``, or no folder).
+NO_WAL = WalStats(0, 0)
 
 
 def excluded_metadata(health: HealthSummary | None) -> dict[str, Any]:
@@ -141,6 +163,23 @@ class PartitionEvents:
     shown: list[tuple[str, str, bool]]
     #: Tables whose page differs and waits for a later tick (the per-tick limit).
     waiting: int = 0
+    #: The verdicts of the metadata checks to record as check evaluations, by table (their
+    #: states in :attr:`shown` count them recorded: see :meth:`shown_after`).
+    checks: dict[str, list[CheckOutcome]] = field(default_factory=dict)
+    #: The state to remember instead for a table of :attr:`checks` whose evaluations were
+    #: not recorded: the next tick finds it changed and records them.
+    unchecked: dict[str, str] = field(default_factory=dict)
+
+    def shown_after(self, recorded: Collection[str]) -> list[tuple[str, str, bool]]:
+        """:attr:`shown` once the check evaluations of ``recorded`` tables are stored."""
+        return [
+            (table, state if table in recorded else self.unchecked.get(table, state), done)
+            for table, state, done in self.shown
+        ]
+
+
+def _default_settings(table: str) -> TableSettings:
+    return TableSettings()
 
 
 def partition_events(
@@ -150,14 +189,16 @@ def partition_events(
     *,
     busy: Iterable[str] = (),
     limit: int = EVENTS_PER_TICK,
+    settings_of: Callable[[str], TableSettings] = _default_settings,
 ) -> PartitionEvents:
     """The events that bring partition pages in line with ``look`` (module docstring).
 
     ``memory`` gives each table's shown state; a table with none was never shown by
     anyone this memory knows: the instance says, in one question for all of them, whether
-    its partition was ever materialized."""
+    its partition was ever materialized. ``settings_of`` gives a table's settings (the
+    checks' limits)."""
     skipped = set(busy)
-    changed: list[tuple[str, str, HealthSummary | None, CheckOutcome]] = []
+    changed: list[tuple[str, StoredLook, list[CheckOutcome]]] = []
     for table in look.tables:
         seen = look.looks.get(table)
         if seen is None or table in skipped:
@@ -167,22 +208,15 @@ def partition_events(
             remembered is not None
             and remembered.shown_at is not None
             and remembered.shown_at > seen.looked_at
+            and checked(remembered.shown_state)
         ):
-            continue  # a pass recorded the page after this look: compared at the next look
-        if seen.health is not None:
-            state = shown_state(
-                seen.health.healthy, seen.health.due_operations, seen.health.excluded is not None
-            )
-        else:
-            state = error_state(seen.error or "")
-        if remembered is not None and remembered.shown_state == state:
+            # A pass recorded the page after this look: compared at the next look. (A page
+            # whose checks' verdicts wait is the sensor's own, from this very look.)
             continue
-        verdict = (
-            health_score_check(seen.health, seen.health.min_score)
-            if seen.health is not None
-            else health_score_check(None, 0.0, seen.error)
-        )
-        changed.append((table, state, seen.health, verdict))
+        outcomes = _verdicts(seen, look, settings_of(table))
+        if remembered is not None and remembered.shown_state == _state(seen, outcomes):
+            continue
+        changed.append((table, seen, outcomes))
     waiting = max(0, len(changed) - limit)
     changed = changed[:limit]
     unknown = [t for t, *_ in changed if memory.get(t) is None or memory[t].shown_state is None]
@@ -191,19 +225,52 @@ def partition_events(
         if unknown
         else None
     ) or {}
-    events: list[Event] = []
-    shown: list[tuple[str, str, bool]] = []
-    for table, state, health, verdict in changed:
+    page = PartitionEvents([], [], waiting)
+    for table, seen, outcomes in changed:
         remembered = memory.get(table)
+        verdict = outcomes[0]
+        state = _state(seen, outcomes)
         materialized = (
             remembered.materialized
             if remembered is not None and remembered.shown_state is not None
             else statuses.get(table) is not None
         )
-        if not materialized and health is not None:
-            events.append(assessment_event(table, health, verdict))
-            materialized = True
+        shown = remembered.shown_state if remembered is not None else None
+        if not materialized and seen.health is not None:
+            # Its checks wait for the next tick: an evaluation judges the partition's
+            # latest materialization, which this one is once the daemon stored it.
+            page.events.append(assessment_event(table, seen.health, verdict))
+            state, materialized = unchecked(state), True
         else:
-            events.append(observation_event(table, health, verdict, state))
-        shown.append((table, state, materialized))
-    return PartitionEvents(events, shown, waiting)
+            if page_part(shown) != page_part(state):
+                page.events.append(observation_event(table, seen.health, verdict, state))
+            if checks_part(shown) != checks_part(state):
+                page.checks[table] = outcomes
+                page.unchecked[table] = unchecked(state)
+        page.shown.append((table, state, materialized))
+    return page
+
+
+def _verdicts(seen: StoredLook, look: LakehouseLook, settings: TableSettings) -> list[CheckOutcome]:
+    """The metadata checks of a table as ``seen``, ``healthy`` first."""
+    min_score = seen.health.min_score if seen.health is not None else 0.0
+    return metadata_checks(
+        seen.health,
+        settings,
+        look.wal.get(seen.table, NO_WAL),
+        min_score=min_score,
+        error=seen.error,
+    )
+
+
+def _state(seen: StoredLook, outcomes: list[CheckOutcome]) -> str:
+    """What the table's page shows once ``outcomes`` are recorded on it."""
+    failing = failing_checks(outcomes)
+    if seen.health is not None:
+        return shown_state(
+            seen.health.healthy,
+            seen.health.due_operations,
+            seen.health.excluded is not None,
+            failing,
+        )
+    return error_state(seen.error or "", failing)

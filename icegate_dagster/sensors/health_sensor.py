@@ -13,9 +13,10 @@
 5. **Decide** which due tables go now (``trigger.decision``: back-off, unchanged state,
    ``min_interval``, longest-waiting first within the budget), make the run requests and
    remember them with their keys (``requests``).
-6. **Record** what changed on partition pages (``assets.partition_observations``) and,
-   when the lakehouse's verdicts changed or an hour passed, ``lakehouse_health`` over every
-   table (``assets.lakehouse_health``).
+6. **Record** what changed on partition pages (``assets.partition_observations``), the
+   check verdicts that changed as evaluations of each table's partition, in one short run
+   (``assets.partition_checks``), and, when the lakehouse's verdicts changed or an hour
+   passed, ``lakehouse_health`` over every table (``assets.lakehouse_health``).
 
 The whole evaluation ends within ``maintain.trigger.tick_deadline``: the look stops at
 three quarters of it, and the cursor (a position, not per-table state) says where the next
@@ -36,6 +37,7 @@ from icegate_dagster.assets.lakehouse_health import (
     lakehouse_event,
 )
 from icegate_dagster.assets.names import BATCH_JOB, HEALTH_SENSOR, max_runtime_tags
+from icegate_dagster.assets.partition_checks import record_checks
 from icegate_dagster.assets.partition_observations import partition_events
 from icegate_dagster.assets.runs import BatchEntry
 from icegate_dagster.errors import describe_error
@@ -60,6 +62,9 @@ NEED_TAG = "icegate/need"
 LOOK_SHARE = 0.75
 #: Tables named per reason in a log line or skip reason (Dagster stores both with the tick).
 NAMED = 10
+#: Seconds before the tick's deadline by which the recording of check verdicts stops,
+#: leaving time to remember what was recorded and end the tick.
+CHECKS_MARGIN_S = 2.0
 
 
 @dataclass
@@ -206,7 +211,22 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         look,
         memory,
         busy=[r.table for r in selection.requested if requests] + list(busy),
+        settings_of=config.for_table,
     )
+    # Without the trigger's memory nothing is remembered: no run would be the last.
+    checked = record_checks(
+        context.instance,
+        tick.lakehouse,
+        page.checks if tick.memory is not None else {},
+        until=tick.deadline - CHECKS_MARGIN_S,
+    )
+    if checked.problem is not None:
+        tick.warnings.append(checked.problem)
+    if checked.tables:
+        context.log.info(
+            f"recorded the check verdicts of {len(checked.tables)} tables in run "
+            f"{checked.run_id}: " + _some(checked.tables)
+        )
     sharing = unsafe_sharing(look)
     if sharing:
         tick.warnings.append(
@@ -221,7 +241,7 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         cursor.lakehouse, cursor.lakehouse_at = digest, tick.now
     if tick.memory is not None and page.shown:
         try:
-            tick.memory.show(page.shown, tick.now)
+            tick.memory.show(page.shown_after(checked.tables), tick.now)
         except Exception as exc:
             tick.warnings.append(f"cannot remember what partition pages show: {exc}")
     cursor.resume_at = look.resume_at
@@ -263,8 +283,9 @@ def skip_reason(selection: Selection, report: LakehouseHealth, look: LakehouseLo
         "to maintain.trigger.tables_per_run tables per run; never a table with a run in "
         "flight, none more often than its health.min_interval, backing off operations that "
         "keep failing or stay due (the trigger's memory). Marks failed the runs whose worker "
-        "is gone. Records each table's health on its partition, and lakehouse_health, when "
-        "they change."
+        "is gone. Records each table's health on its partition (and the verdicts of its "
+        "healthy, small_files, snapshot_count and wal_backlog checks, in a short run of "
+        "icegate_health_checks), and lakehouse_health, when they change."
     ),
 )
 def table_health_sensor(

@@ -106,7 +106,7 @@ def _maintained(
             table,
             "run-1",
             (OperationAttempt("optimize", "completed"),),
-            shown_state=shown_state(verdict.passed, health.due_operations),
+            shown_state=shown_state(verdict.passed, health.due_operations, failing=()),
         ),
         now=at,
         backoff=timedelta(minutes=1),
@@ -213,3 +213,21 @@ def test_check_evaluations_name_the_materialization_they_judge(
     target = check_target(record)
     assert record is not None and target is not None
     assert target.storage_id == record.storage_id
+
+
+def test_check_verdicts_that_waited_are_recorded_at_the_next_tick_without_a_new_look(
+    instance_ab: dg.DagsterInstance, memory: TriggerMemory
+) -> None:
+    """A tick that ran out of time recorded some tables' check evaluations and not the
+    others': their pages' health keys stand, and the next tick, with no new look at them,
+    brings the evaluations alone."""
+    look = _look({A: summary(A), B: summary(B)})
+    _tick(instance_ab, memory, look)  # assessed; their checks wait for the next tick
+    page = partition_events(instance_ab, look, memory.tables_memory())
+    assert sorted(page.checks) == [A, B] and page.events == []
+    memory.show(page.shown_after([A]), NOW + 30)  # B's evaluations not stored in time
+
+    later = partition_events(instance_ab, look, memory.tables_memory())
+    assert list(later.checks) == [B] and later.events == []
+    memory.show(later.shown_after([B]), NOW + 60)
+    assert not partition_events(instance_ab, look, memory.tables_memory()).checks

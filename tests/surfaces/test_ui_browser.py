@@ -17,6 +17,7 @@ import dagster as dg
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
+from icegate_dagster.assets.names import MAINTAINED_TABLE
 from icegate_dagster.cli.dispatch import run_cli
 from icegate_dagster.maintenance.health.checks import CHECK_NAMES
 from icegate_dagster.resources import LakehouseResource
@@ -294,18 +295,90 @@ def test_each_tables_page_says_how_healthy_it_is_and_why(history_page: Page) -> 
     page.screenshot(path=_artifacts() / f"health_{ASSESSED}.png", full_page=True)
 
 
-def test_the_healthy_checks_partitions_show_the_cli_passes_verdicts(history_page: Page) -> None:
+def test_the_healthy_checks_partitions_show_every_tables_newest_verdict(
+    history_page: Page,
+) -> None:
     page = history_page
     _open(page, "/assets/maintained_table?view=checks")
     _visible(page, "healthy").click()
     _visible(page, "Partitions").click()
-    # The check is a maintenance pass's verdict: the CLI's two tables pass; the three no
-    # pass has judged yet are "Missing" here (their pages say how healthy they are).
+    # The newest verdict on each table, whoever judged it: the CLI's pass on ORDERS
+    # (passed); the health sensor on CHANGED (unhealthy since the pass: failed) and on
+    # ASSESSED (passed); REQUESTED and UNHEALTHY, which the trigger requested at the two
+    # ticks (one a tick), are "Missing" until their runs judge them.
     expect(page.get_by_text("Passed (2)", exact=True)).to_be_visible()
-    expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
-    expect(page.get_by_text("Missing (3)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Missing (2)", exact=True)).to_be_visible()
     _visible(page, CLI_TABLES[0]).click()
     expect(
         page.get_by_text(re.compile(r"^score \d+(\.\d)? \(fails below 80\)")).first
     ).to_be_visible()
     page.screenshot(path=_artifacts() / "healthy_check_partitions.png", full_page=True)
+
+
+# -- a few hundred tables, a few unhealthy: the verdicts in each check's Partitions view ------
+
+MANY = 300
+#: Every 50th table: four small files in each of two partitions, a score of 88.2 under the
+#: lakehouse's min_score of 90, with nothing due (so no run is requested: the health
+#: sensor's own verdicts are what the view shows). The others: one file per partition.
+MANY_UNHEALTHY = [f"lakehouse.t{i:03d}" for i in range(0, MANY, 50)]
+
+
+@pytest.fixture(scope="module")
+def many_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A lakehouse of :data:`MANY` tables nobody maintained, and the discovery and health
+    sensors' ticks as the daemon runs them, until the health sensor records nothing new."""
+    root = tmp_path_factory.mktemp("ui_many")
+    lh = make_lakehouse(
+        root / "lake", maintain={"health": {"min_score": 90}, "trigger": {"tick_deadline": "50s"}}
+    )
+    for i in range(MANY):
+        key = f"lakehouse.t{i:03d}"
+        lh.add_table(key, appends=4 if key in MANY_UNHEALTHY else 1)
+    home = make_dagster_home(root / "dagster_home")
+    resource = LakehouseResource(config_path=str(lh.config_path))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        discovery_tick(instance, resource)
+        cursor = None
+        for _ in range(20):
+            runs = len(instance.get_runs())
+            result, cursor = health_tick(instance, resource, cursor)
+            assert not result.run_requests
+            pages = [e for e in result.asset_events if e.asset_key == MAINTAINED_TABLE]
+            if not pages and len(instance.get_runs()) == runs:  # nothing new: settled
+                break
+        else:
+            pytest.fail("the health sensor kept recording after 20 ticks")
+    with running_webserver(home, lh.config_path, root / "webserver.log") as (port, _):
+        yield port
+
+
+@pytest.fixture
+def many_page(browser: Browser, many_port: int) -> Iterator[Page]:
+    yield from _browse(browser, many_port)
+
+
+def test_the_healthy_checks_partitions_list_exactly_the_unhealthy_tables_failed(
+    many_page: Page,
+) -> None:
+    page = many_page
+    _open(page, "/assets/maintained_table?view=checks")
+    _visible(page, "healthy").click()
+    _visible(page, "Partitions").click()
+    expect(page.get_by_text(f"Failed ({len(MANY_UNHEALTHY)})", exact=True)).to_be_visible()
+    expect(page.get_by_text(f"Passed ({MANY - len(MANY_UNHEALTHY)})", exact=True)).to_be_visible()
+    expect(page.get_by_text("Missing (0)", exact=True)).to_be_visible()
+    page.screenshot(path=_artifacts() / "healthy_check_partitions_many.png")
+
+    # Only the failed ones: exactly the unhealthy tables.
+    _visible(page, f"Passed ({MANY - len(MANY_UNHEALTHY)})").click()
+    listed = page.get_by_text(re.compile(r"^lakehouse\.t\d{3}$"))
+    expect(listed.first).to_be_visible()
+    names = {
+        listed.nth(i).inner_text() for i in range(listed.count()) if listed.nth(i).is_visible()
+    }
+    assert names == set(MANY_UNHEALTHY)
+    _visible(page, MANY_UNHEALTHY[1]).click()
+    expect(page.get_by_text(re.compile(r"^score 88\.2 \(fails below 90\)")).first).to_be_visible()
+    page.screenshot(path=_artifacts() / "healthy_check_failed_partitions.png")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,18 @@ from typing import Any
 import pytest
 
 from icegate_dagster.config import TableSettings, config_from_dict
-from icegate_dagster.maintenance.health.checks import CHECK_NAMES, CheckOutcome, evaluate_health
+from icegate_dagster.maintenance.health.checks import (
+    CHECK_NAMES,
+    METADATA_CHECKS,
+    CheckOutcome,
+    evaluate_health,
+    failing_checks,
+    health_score_check,
+    metadata_checks,
+)
 from icegate_dagster.maintenance.results import OpResult, Status, TableResult, TableStats
 from icegate_dagster.maintenance.wal import WalStats
+from tests.unit.health_builders import summary
 
 MAX_SNAPSHOTS = 3
 MAX_WAL_FILES = 10
@@ -379,3 +389,64 @@ def test_an_unreadable_table_with_a_wal_backlog_fails_wal_backlog_too(
     wal = WalStats(files=MAX_WAL_FILES + 1, bytes=0)
     outcomes = evaluate_health(result(None, None, error="gone"), settings, wal)
     assert [o.name for o in outcomes if o.passed] == []
+
+
+# the checks the health sensor judges from metadata ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("figures", "wal", "failing"),
+    [
+        ({}, EMPTY_WAL, []),
+        ({"small_files": 6, "compactable_files": 6}, EMPTY_WAL, ["small_files"]),
+        ({"small_files": 6, "compactable_files": 0}, EMPTY_WAL, []),
+        ({"snapshots": MAX_SNAPSHOTS + 1}, EMPTY_WAL, ["snapshot_count"]),
+        ({}, WalStats(files=MAX_WAL_FILES + 1, bytes=10), ["wal_backlog"]),
+        ({}, WalStats(files=1, bytes=10, quarantined=1), ["wal_backlog"]),
+    ],
+)
+def test_the_metadata_checks_judge_a_table_as_a_pass_judges_it(
+    settings: TableSettings, figures: dict[str, int], wal: WalStats, failing: list[str]
+) -> None:
+    """The health sensor's verdicts on a table's figures are the run's on the same figures:
+    same names, verdicts and descriptions."""
+    now = summary("ns.t", **figures)
+    kept = now.figures()
+    after = TableStats(
+        data_files=kept["data_files"],
+        data_bytes=kept["data_bytes"],
+        small_files=kept["small_files"],
+        delete_files=0,
+        snapshots=kept["snapshots"],
+        rows=kept["rows"],
+        manifests=kept["manifests"],
+        compactable_files=kept["compactable_files"],
+    )
+    sensor = metadata_checks(now, settings, wal, min_score=50.0)
+    run = evaluate_health(result(after, after), settings, wal)
+    assert [o.name for o in sensor] == list(METADATA_CHECKS)
+    assert sensor[0] == health_score_check(now, 50.0)
+    for outcome in sensor[1:]:
+        assert outcome == check(run, outcome.name)
+    assert list(failing_checks(sensor)) == failing
+
+
+def test_the_metadata_checks_of_an_unreadable_table_fail_with_why(
+    settings: TableSettings,
+) -> None:
+    outcomes = metadata_checks(None, settings, None, min_score=50.0, error="gone: 404")
+    assert [(o.name, o.passed) for o in outcomes] == [(n, False) for n in METADATA_CHECKS]
+    assert outcomes[0].description == "gone: 404"
+
+
+def test_a_table_excluded_from_an_operation_passes_the_check_it_would_fix(
+    settings: TableSettings,
+) -> None:
+    base = summary("ns.t", small_files=6, compactable_files=6)
+    excluded = dataclasses.replace(base, excluded_operations={"optimize": "left to Amoro"})
+    [small] = [
+        o
+        for o in metadata_checks(excluded, settings, EMPTY_WAL, min_score=50.0)
+        if o.name == "small_files"
+    ]
+    assert small.passed and small.description.startswith("not judged: left to Amoro")

@@ -1,7 +1,13 @@
 """The health sensor's cursor (a position, whatever the lakehouse's size) and the shown
 states a partition page is compared with."""
 
-from icegate_dagster.maintenance.trigger.records import error_state, shown_state
+from icegate_dagster.maintenance.trigger.records import (
+    checks_part,
+    error_state,
+    page_part,
+    shown_state,
+    unchecked,
+)
 from icegate_dagster.sensors.health_sensor import HealthCursor
 
 
@@ -33,3 +39,21 @@ def test_a_state_is_the_verdict_and_the_due_operations_as_any_record_shows_them(
     assert error_state("refused on port 8181 (req 17)") == error_state(
         "refused on port 8182 (req 93)"
     )
+
+
+def test_the_checks_verdicts_are_a_part_of_their_own() -> None:
+    """A change of the metadata checks' verdicts alone changes the checks' part (the sensor
+    records evaluations, no observation); a change of due operations alone changes the
+    page's part (an observation, no evaluation)."""
+    passing = shown_state(True, ["optimize"], failing=())
+    failing = shown_state(True, ["optimize"], failing=("snapshot_count",))
+    assert page_part(passing) == page_part(failing)
+    assert checks_part(passing) != checks_part(failing)
+    more_due = shown_state(True, ["optimize", "expire_snapshots"], failing=())
+    assert page_part(more_due) != page_part(passing)
+    assert checks_part(more_due) == checks_part(passing)
+    # Not recorded yet, and a state remembered before checks were recorded (6 characters).
+    assert checks_part(unchecked(passing)) not in (None, checks_part(passing))
+    assert page_part(unchecked(passing)) == page_part(passing)
+    assert checks_part(passing[:6]) is None and page_part(passing[:6]) == page_part(passing)
+    assert error_state("gone", ("healthy",)) != error_state("gone", None)

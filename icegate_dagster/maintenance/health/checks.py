@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,10 +96,10 @@ _MAINTAINED_BY = {
 }
 
 
-def _excused(check: CheckOutcome, exclusion: Exclusion) -> CheckOutcome:
+def _excused(check: CheckOutcome, reason: Callable[[str], str | None]) -> CheckOutcome:
     """``check`` passed, with why, where the table is excluded from the operation that
-    would make it pass; as it was otherwise."""
-    why = exclusion.reason(_MAINTAINED_BY.get(check.name, ""))
+    would make it pass (``reason(operation)``: why it is, or None); as it was otherwise."""
+    why = reason(_MAINTAINED_BY.get(check.name, ""))
     if check.passed or why is None:
         return check
     return CheckOutcome(
@@ -117,7 +118,7 @@ def evaluate_health(
 ) -> list[CheckOutcome]:
     """Evaluate every check on the outcome of one table's pass; a check whose operation
     the table is excluded from (``exclusion``) passes, saying why it is not judged."""
-    return [_excused(check, exclusion) for check in _evaluate(result, settings, wal)]
+    return [_excused(check, exclusion.reason) for check in _evaluate(result, settings, wal)]
 
 
 def _evaluate(result: TableResult, settings: TableSettings, wal: WalStats) -> list[CheckOutcome]:
@@ -127,46 +128,14 @@ def _evaluate(result: TableResult, settings: TableSettings, wal: WalStats) -> li
     checks.append(_rows_preserved(result))
 
     if after is None:
-        checks.append(CheckOutcome("small_files", False, "the table could not be read"))
-        checks.append(CheckOutcome("snapshot_count", False, "the table could not be read"))
+        checks.append(unreadable("small_files"))
+        checks.append(unreadable("snapshot_count"))
     else:
         checks.append(
-            CheckOutcome(
-                "small_files",
-                after.compactable_files == 0,
-                f"{after.compactable_files} small files still compactable "
-                f"({after.small_files} of {after.data_files} under the threshold)",
-                {"small_files": after.small_files, "compactable_files": after.compactable_files},
-            )
+            small_files_check(after.compactable_files, after.small_files, after.data_files)
         )
-        limit = settings.checks.max_snapshots
-        checks.append(
-            CheckOutcome(
-                "snapshot_count",
-                after.snapshots <= limit,
-                f"{after.snapshots} snapshots (alert above {limit})",
-                {"snapshots": after.snapshots, "max_snapshots": limit},
-            )
-        )
-
-    # Quarantined WAL files are rows that will not land until someone looks at them.
-    max_files, max_bytes = settings.checks.max_wal_files, settings.checks.max_wal_bytes
-    quarantine_note = (
-        f"; {wal.quarantined} files in quarantine need attention" if wal.quarantined else ""
-    )
-    checks.append(
-        CheckOutcome(
-            "wal_backlog",
-            wal.files <= max_files and wal.bytes <= max_bytes and wal.quarantined == 0,
-            f"{wal.files} WAL files, {wal.bytes} bytes waiting "
-            f"(alert above {max_files} files or {max_bytes} bytes){quarantine_note}",
-            {
-                "wal_files_count": wal.files,
-                "wal_size_bytes": wal.bytes,
-                "wal_files_quarantined": wal.quarantined,
-            },
-        )
-    )
+        checks.append(snapshot_count_check(after.snapshots, settings))
+    checks.append(wal_backlog_check(wal, settings))
 
     failed = [op for op in result.ops if op.status == "failed"]
     errors = [f"{op.operation}: {op.error or op.details}" for op in failed]
@@ -245,3 +214,96 @@ CHECKED_FIGURES = (
     "wal_bytes",
     "work_bytes",
 )
+
+
+def unreadable(name: str) -> CheckOutcome:
+    """``name`` failed: the table could not be read."""
+    return CheckOutcome(name, False, "the table could not be read")
+
+
+def small_files_check(compactable: int, small: int, data_files: int) -> CheckOutcome:
+    """``small_files``: no small file the rewrite would pick is left."""
+    return CheckOutcome(
+        "small_files",
+        compactable == 0,
+        f"{compactable} small files still compactable ({small} of {data_files} under the "
+        "threshold)",
+        {"small_files": small, "compactable_files": compactable},
+    )
+
+
+def snapshot_count_check(snapshots: int, settings: TableSettings) -> CheckOutcome:
+    """``snapshot_count``: at most ``checks.max_snapshots`` snapshots."""
+    limit = settings.checks.max_snapshots
+    return CheckOutcome(
+        "snapshot_count",
+        snapshots <= limit,
+        f"{snapshots} snapshots (alert above {limit})",
+        {"snapshots": snapshots, "max_snapshots": limit},
+    )
+
+
+def wal_backlog_check(wal: WalStats, settings: TableSettings) -> CheckOutcome:
+    """``wal_backlog``: at most ``checks.max_wal_files`` files and ``max_wal_bytes`` wait,
+    and none sits in quarantine (rows that will not land until someone looks at them)."""
+    max_files, max_bytes = settings.checks.max_wal_files, settings.checks.max_wal_bytes
+    quarantine_note = (
+        f"; {wal.quarantined} files in quarantine need attention" if wal.quarantined else ""
+    )
+    return CheckOutcome(
+        "wal_backlog",
+        wal.files <= max_files and wal.bytes <= max_bytes and wal.quarantined == 0,
+        f"{wal.files} WAL files, {wal.bytes} bytes waiting "
+        f"(alert above {max_files} files or {max_bytes} bytes){quarantine_note}",
+        {
+            "wal_files_count": wal.files,
+            "wal_size_bytes": wal.bytes,
+            "wal_files_quarantined": wal.quarantined,
+        },
+    )
+
+
+#: The checks a table's metadata and WAL alone can judge, without a pass: what the health
+#: sensor records on each partition when a verdict changes (a run evaluates all six).
+METADATA_CHECKS = ("healthy", "small_files", "snapshot_count", "wal_backlog")
+
+
+def metadata_checks(
+    health: Assessed | None,
+    settings: TableSettings,
+    wal: WalStats | None,
+    *,
+    min_score: float,
+    error: str | None = None,
+) -> list[CheckOutcome]:
+    """The :data:`METADATA_CHECKS` of a table as it is now (``health``: its assessment, or
+    None with ``error`` when it could not be read; ``wal``: its WAL, None when unknown),
+    judged as a pass judges them. Checks of operations it is excluded from pass, saying so."""
+    verdict = health_score_check(health, min_score, error)
+    wal_check = (
+        wal_backlog_check(wal, settings)
+        if wal is not None
+        else CheckOutcome("wal_backlog", False, "the WAL could not be listed")
+    )
+    if health is None:
+        return [verdict, unreadable("small_files"), unreadable("snapshot_count"), wal_check]
+    figures = health.figures()
+    checks = [
+        small_files_check(
+            figures["compactable_files"], figures["small_files"], figures["data_files"]
+        ),
+        snapshot_count_check(figures["snapshots"], settings),
+        wal_check,
+    ]
+
+    def reason(operation: str) -> str | None:
+        return health.excluded or health.excluded_operations.get(operation)
+
+    return [verdict, *(_excused(check, reason) for check in checks)]
+
+
+def failing_checks(outcomes: Iterable[CheckOutcome]) -> tuple[str, ...]:
+    """The :data:`METADATA_CHECKS` among ``outcomes`` that failed, in that order: what a
+    partition's page shows of them (``trigger.records.shown_state``)."""
+    failed = {o.name for o in outcomes if not o.passed}
+    return tuple(name for name in METADATA_CHECKS if name in failed)

@@ -203,6 +203,10 @@ class HealthMetrics:
     #: hand-built metrics: :func:`assess` then reads ``worst_partition_small_files`` as
     #: the one fragmented partition.
     fragmented_partitions: tuple[PartitionFragments, ...] = ()
+    #: Small files in partitions holding at least ``optimize.min_input_files`` of them: what
+    #: a binpack rewrite would pick up (the ``small_files`` check). None in hand-built
+    #: metrics: every small file.
+    compactable_files: int | None = None
     #: Delete files that can no longer apply to any data file (see the module docstring),
     #: by kind.
     dangling_position_deletes: int = 0
@@ -330,6 +334,9 @@ class TableHealth:
             "data_bytes": m.data_bytes,
             "rows": m.rows,
             "small_files": m.small_files,
+            "compactable_files": (
+                m.small_files if m.compactable_files is None else m.compactable_files
+            ),
             "worst_partition_small_files": m.worst_partition_small_files,
             "delete_files": m.delete_files,
             "position_delete_files": m.position_delete_files,
@@ -465,6 +472,7 @@ def collect_metrics(
         last_rewrite_at=_instant(max(rewrites)) if rewrites else None,
         worst_partition=worst.partition if worst else None,
         fragmented_partitions=figures.fragmented,
+        compactable_files=figures.compactable_files(settings.optimize.min_input_files),
         dangling_position_deletes=figures.dangling_position_deletes,
         dangling_deletion_vectors=figures.dangling_deletion_vectors,
         dangling_equality_deletes=figures.dangling_equality_deletes,

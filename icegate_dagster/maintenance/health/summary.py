@@ -28,6 +28,7 @@ FIGURES = (
     "data_bytes",
     "rows",
     "small_files",
+    "compactable_files",
     "worst_partition_small_files",
     "delete_files",
     "position_delete_files",
@@ -41,6 +42,11 @@ FIGURES = (
     "wal_bytes",
     "work_bytes",
 )
+
+#: The version of what a summary keeps: part of each look's settings digest, so that a
+#: summary kept by an older version (without a figure added since, such as
+#: ``compactable_files``) makes its table out of date once.
+SUMMARY_FORMAT = 2
 
 
 class Assessed(Protocol):

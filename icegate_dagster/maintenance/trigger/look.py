@@ -44,7 +44,7 @@ from icegate_dagster.maintenance.discovery import (
 )
 from icegate_dagster.maintenance.health.after_pass import TableSource
 from icegate_dagster.maintenance.health.score import assess_table, next_look_at, thresholds_for
-from icegate_dagster.maintenance.health.summary import HealthSummary
+from icegate_dagster.maintenance.health.summary import SUMMARY_FORMAT, HealthSummary
 from icegate_dagster.maintenance.identifiers import TableRef
 from icegate_dagster.maintenance.ops.base import gc_disabled
 from icegate_dagster.maintenance.sharing import Sharing, sharing_of
@@ -187,7 +187,8 @@ class SettingsDigests:
         known = self._by_block.get(id(settings))
         if known is not None:
             return known[1]
-        digest = hashlib.sha256(settings.model_dump_json().encode()).hexdigest()[:32]
+        text = f"{SUMMARY_FORMAT}:{settings.model_dump_json()}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:32]
         self._by_block[id(settings)] = (settings, digest)
         return digest
 

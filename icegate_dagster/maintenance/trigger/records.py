@@ -276,7 +276,7 @@ class TableMemory:
         return tuple(found)
 
 
-#: Characters of a shown state.
+#: Characters of each part of a shown state (the page's, the checks').
 STATE_CHARS = 6
 
 
@@ -284,18 +284,52 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:STATE_CHARS]
 
 
-def shown_state(passed: bool, due: Iterable[str], excluded: bool = False) -> str:
+def _checks_part(failing: Iterable[str] | None) -> str:
+    """The checks' part of a shown state: which of the metadata checks failed, or that
+    their verdicts are not recorded on the page (None)."""
+    return _digest("unchecked" if failing is None else "checks:" + ",".join(failing))
+
+
+def shown_state(
+    passed: bool,
+    due: Iterable[str],
+    excluded: bool = False,
+    failing: Iterable[str] | None = None,
+) -> str:
     """What a table's partition page says of it, in a few characters: its ``healthy``
     verdict, its due operations (names, in pass order) and whether it is excluded from
-    maintenance. Whoever records the page (a run, a CLI pass, the health sensor) remembers
-    it, so the sensor records again only on a change."""
-    return _digest(
-        f"{'pass' if passed else 'fail'}:{','.join(due)}{':excluded' if excluded else ''}"
-    )
+    maintenance (:func:`page_part`), then which of the checks the metadata alone can judge
+    failed (``failing``; None: their verdicts are not recorded: :func:`checks_part`).
+    Whoever records the page (a run, a CLI pass, the health sensor) remembers it, so the
+    sensor records again only what changed."""
+    page = f"{'pass' if passed else 'fail'}:{','.join(due)}{':excluded' if excluded else ''}"
+    return _digest(page) + _checks_part(failing)
 
 
-def error_state(error: str) -> str:
+def error_state(error: str, failing: Iterable[str] | None = None) -> str:
     """The shown state of a table that could not be assessed: the error with its numbers
     (ports, ids, times) left out, so an error that only words itself differently each
-    tick is one state."""
-    return _digest("error:" + re.sub(r"\d+", "#", error)[:200])
+    tick is one state; ``failing`` as for :func:`shown_state`."""
+    return _digest("error:" + re.sub(r"\d+", "#", error)[:200]) + _checks_part(failing)
+
+
+def page_part(state: str | None) -> str | None:
+    """What a shown state says of the page's health keys (None: nothing shown)."""
+    return state[:STATE_CHARS] if state is not None else None
+
+
+def checks_part(state: str | None) -> str | None:
+    """What a shown state says of the checks' verdicts (None: nothing shown; a state
+    remembered before the checks were recorded has none either)."""
+    return state[STATE_CHARS:] or None if state is not None else None
+
+
+def unchecked(state: str) -> str:
+    """``state`` with the checks' verdicts not recorded."""
+    return state[:STATE_CHARS] + _checks_part(None)
+
+
+def checked(state: str | None) -> bool:
+    """Whether a shown state includes the checks' verdicts: a run's or a CLI pass's always
+    does; the health sensor's lacks them while they wait for a later tick."""
+    return checks_part(state) not in (None, _checks_part(None))
