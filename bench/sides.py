@@ -378,13 +378,13 @@ def schedule_tick(config_path: str, out: str) -> None:
         # The day's tick, then the next day's in the same process (a code server keeps the
         # looks: the health sensor's, or this tick's): nothing changed, every look fresh.
         for name, scheduled in (("tick", first), ("steady", first + timedelta(days=1))):
-            context = dg.build_schedule_context(
+            started = time.perf_counter()
+            with dg.build_schedule_context(
                 instance=instance,
                 resources={"lakehouse": LakehouseResource(config_path=config_path)},
                 scheduled_execution_time=scheduled,
-            )
-            started = time.perf_counter()
-            result = daily_maintenance(context)
+            ) as context:
+                result = daily_maintenance(context)
             requests = [] if isinstance(result, dg.SkipReason) else list(result or [])
             figures[f"{name}_s"] = time.perf_counter() - started
             rows = read_log(

@@ -39,12 +39,14 @@ def _resource(lh: Lakehouse) -> LakehouseResource:
 
 def _tick(lh: Lakehouse, instance: dg.DagsterInstance) -> Any:
     """One evaluation of ``daily_maintenance`` at its 03:00 of :data:`SCHEDULED`."""
-    context = dg.build_schedule_context(
+    # Closed after the tick, as the daemon closes it: an open one leaves Dagster's
+    # definitions-state storage pointing at this (then discarded) instance.
+    with dg.build_schedule_context(
         instance=instance,
         resources={"lakehouse": _resource(lh)},
         scheduled_execution_time=SCHEDULED,
-    )
-    result = daily_maintenance(context)
+    ) as context:
+        result = daily_maintenance(context)
     return result if isinstance(result, dg.SkipReason) else list(result or [])
 
 

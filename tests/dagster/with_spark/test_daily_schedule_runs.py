@@ -25,12 +25,12 @@ DAY = datetime(2026, 11, 27, 3, tzinfo=UTC)
 
 
 def _tick(lh: Lakehouse, instance: dg.DagsterInstance, scheduled: datetime) -> Any:
-    context = dg.build_schedule_context(
+    with dg.build_schedule_context(
         instance=instance,
         resources={"lakehouse": LakehouseResource(config_path=str(lh.config_path))},
         scheduled_execution_time=scheduled,
-    )
-    result = daily_maintenance(context)
+    ) as context:
+        result = daily_maintenance(context)
     return result if isinstance(result, dg.SkipReason) else list(result or [])
 
 

@@ -395,12 +395,12 @@ def test_sensor_and_schedule_runs_carry_a_max_runtime_from_the_config(
         }
     )
     nightly.add_table(BUSY, appends=6)
-    context = dg.build_schedule_context(
+    with dg.build_schedule_context(
         instance=instance,
         resources={"lakehouse": LakehouseResource(config_path=str(nightly.config_path))},
         scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
-    )
-    schedule = daily_maintenance(context)
+    ) as context:
+        schedule = daily_maintenance(context)
     assert not isinstance(schedule, dg.SkipReason)
     requests = [*health.run_requests, *wal.run_requests, *schedule]
     assert len(requests) == 3
