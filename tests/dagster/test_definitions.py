@@ -90,13 +90,12 @@ def test_daily_schedule_cron_timezone_and_job(tmp_path: Path) -> None:
     assert schedule.job_name == "maintenance_batch_job"
     lakehouse = make_lakehouse(tmp_path / "empty")
     resources = {"lakehouse": LakehouseResource(config_path=str(lakehouse.config_path))}
-    with dg.instance_for_test() as instance:
-        with dg.build_schedule_context(
-            instance=instance,
-            resources=resources,
-            scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
-        ) as context:
-            skipped = daily_maintenance(context)
+    with dg.instance_for_test() as instance, dg.build_schedule_context(
+        instance=instance,
+        resources=resources,
+        scheduled_execution_time=datetime(2026, 11, 21, 3, tzinfo=UTC),
+    ) as context:
+        skipped = daily_maintenance(context)
     assert isinstance(skipped, dg.SkipReason)
     assert "has no table to maintain" in str(skipped.skip_message)
 
