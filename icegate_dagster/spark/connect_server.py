@@ -1,6 +1,7 @@
 """The command that starts a Spark Connect server with what a run needs, from pyspark's own
 Spark: ``spark-submit`` running Spark's ``SparkConnectServer`` with the pinned jars
-(``spark-connect_2.12``, Iceberg's runtime, the catalogs' JDBC drivers) and Iceberg's SQL
+(Spark 3.5's ``spark-connect_2.12`` plugin, Iceberg's runtime for the running Spark
+line, the catalogs' JDBC drivers) and Iceberg's SQL
 extensions, a static setting no client can set.
 
 Pure: it builds the argv and starts nothing. The tests' server fixture, ``bench peers
@@ -27,7 +28,7 @@ from icegate_dagster.spark.jars import (
     iceberg_runtime_jar,
 )
 
-#: Spark's own Connect server (a plugin of Spark 3.5).
+#: Spark's own Connect server (a plugin of Spark 3.5, part of Spark 4).
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: The line its log prints once it listens.
 READY_LINE = "Spark Connect server started"
@@ -74,10 +75,19 @@ class ServerSpec:
             raise ValueError(f"shuffle_partitions {self.shuffle_partitions} must be at least 1")
 
 
+def connect_plugin_jars(home: Path) -> list[Path]:
+    """The Connect server's jar when ``home``'s Spark lacks it: Spark 4 ships its own
+    (``jars/spark-connect_2.13-*.jar``); Spark 3.5's is a plugin, pinned in ``jars.lock``."""
+    if any((home / "jars").glob("spark-connect_*.jar")):
+        return []
+    return [connect_server_jar()]
+
+
 def server_command(spec: ServerSpec, home: Path | None = None) -> list[str]:
     """``spark-submit`` (of ``home``, default pyspark's Spark) starting the Connect server
     of ``spec``."""
-    jars = [connect_server_jar()]
+    home = home or spark_home()
+    jars = connect_plugin_jars(home)
     conf = {"spark.connect.grpc.binding.port": str(spec.port)}
     if spec.iceberg:
         jdbc = installed_jdbc_jars() if spec.jdbc_jars is None else list(spec.jdbc_jars)
@@ -89,9 +99,11 @@ def server_command(spec: ServerSpec, home: Path | None = None) -> list[str]:
         "spark.sql.shuffle.partitions": str(spec.shuffle_partitions),
     }
     conf |= spec.extra_conf
-    command = [str((home or spark_home()) / "bin" / "spark-submit"), "--class", SERVER_CLASS]
+    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS]
     command += ["--name", spec.name, "--master", spec.master]
-    command += ["--driver-memory", spec.driver_memory, "--jars", ",".join(map(str, jars))]
+    command += ["--driver-memory", spec.driver_memory]
+    if jars:
+        command += ["--jars", ",".join(map(str, jars))]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, "spark-internal"]

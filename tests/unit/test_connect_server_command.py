@@ -36,6 +36,20 @@ def test_the_server_gets_the_pinned_jars_and_icebergs_extensions_and_no_catalog(
     assert argv[-1] == "spark-internal"
 
 
+def test_a_spark_that_ships_its_connect_server_gets_no_plugin_jar(tmp_path: Path) -> None:
+    """Spark 4's distribution has its Connect server (``jars/spark-connect_2.13-*``);
+    Spark 3.5's plugin jar is added only to a Spark without one."""
+    home = tmp_path / "spark-4.1"
+    (home / "jars").mkdir(parents=True)
+    (home / "jars" / "spark-connect_2.13-4.1.4.jar").write_bytes(b"")
+    argv = server_command(ServerSpec(15125), home)
+    assert argv[0] == str(home / "bin" / "spark-submit")
+    jars = argv[argv.index("--jars") + 1].split(",")
+    assert str(connect_server_jar()) not in jars
+    assert jars[0] == str(iceberg_runtime_jar())
+    assert "--jars" not in server_command(ServerSpec(15126, iceberg=False), home)
+
+
 def test_a_bare_server_has_neither_icebergs_runtime_nor_its_extensions() -> None:
     argv = server_command(ServerSpec(15124, iceberg=False))
     assert argv[argv.index("--jars") + 1] == str(connect_server_jar())
