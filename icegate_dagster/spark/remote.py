@@ -98,6 +98,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+#: PySpark's process-wide switch: its functions (``F.col``, ``F.lit``, ...) and its session
+#: builder take Connect's implementation while it is set. PySpark's own builder sets it for
+#: a remote session; without it they take the classic path and fail on a missing context.
+CONNECT_MODE_FLAG = "SPARK_CONNECT_MODE_ENABLED"
+#: Whether this module set the flag (then :func:`leave_connect_mode` unsets it).
+_flag_set_here = False
+
+
+def enter_connect_mode() -> None:
+    """Switch this process's PySpark to Connect, as PySpark's builder does for a remote
+    session (a process is Connect's or classic, one at a time)."""
+    global _flag_set_here
+    if CONNECT_MODE_FLAG not in os.environ:
+        os.environ[CONNECT_MODE_FLAG] = "1"
+        _flag_set_here = True
+
+
+def leave_connect_mode() -> None:
+    """Undo :func:`enter_connect_mode` once the process's remote sessions are stopped: a
+    local session started later in the same process (a test run, a notebook) is classic."""
+    global _flag_set_here
+    if _flag_set_here:
+        os.environ.pop(CONNECT_MODE_FLAG, None)
+        _flag_set_here = False
+
+
 def connect(config: IcegateConfig, extra: Mapping[str, str] | None = None) -> SparkSession:
     """A new session on the Spark Connect server of ``spark.remote``, with the run's
     settings, once the server is found to have what a run needs (:func:`check_extensions`,
@@ -122,10 +148,7 @@ def connect(config: IcegateConfig, extra: Mapping[str, str] | None = None) -> Sp
             "install the project's connect extra (pip install -e '.[connect]'; "
             "scripts/setup.sh does)"
         ) from None
-    # PySpark's functions (F.col, F.lit, ...) pick Connect's implementation by this
-    # process-wide flag, which PySpark's own builder sets; without it they take the classic
-    # path and fail on a missing SparkContext. A process is either Connect's or classic.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    enter_connect_mode()
     try:
         session = RemoteSession.builder.remote(url).create()
         check_extensions(session, url)

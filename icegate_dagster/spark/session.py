@@ -17,7 +17,7 @@ from icegate_dagster.config.secrets import config_secrets
 from icegate_dagster.errors import SparkStartError
 from icegate_dagster.spark.catalog_conf import spark_catalog_conf
 from icegate_dagster.spark.conf import NANOS_AS_LONG, NO_SUBSTITUTION, build_spark_conf
-from icegate_dagster.spark.remote import check_catalog, connect, is_remote
+from icegate_dagster.spark.remote import check_catalog, connect, is_remote, leave_connect_mode
 from icegate_dagster.spark.s3a import wal_s3a_conf
 from icegate_dagster.spark.secret_settings import (
     apply_runtime_conf,
@@ -131,3 +131,4 @@ def stop_spark() -> None:
         for remote in _remote_sessions.values():
             remote.stop()  # the client's; the server runs on
         _remote_sessions.clear()
+        leave_connect_mode()

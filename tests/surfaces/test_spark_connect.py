@@ -557,3 +557,22 @@ def test_readmes_demo_on_connect_maintains_the_lakehouse_with_no_jvm_of_its_own(
     data = next((tmp_path / ".icegate" / "warehouse").glob("lakehouse*/logs/data"))
     assert not (data / "00000-failed-write-orphan.parquet").exists()
     assert (data / "00000-write-in-progress.parquet").exists()
+
+
+def test_stopping_a_remote_session_gives_the_process_back_to_local_spark(
+    spark_connect: ConnectServer, tmp_path: Path
+) -> None:
+    """PySpark's functions follow a process-wide Connect flag: set while a run's remote
+    session lives, unset once it stops, so a local session started later in the same
+    process (the next test, a notebook) works."""
+    lh = remote_lakehouse(tmp_path / "lakehouse", spark_connect, "unused")
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    try:
+        from pyspark.sql import functions as F
+
+        spark = get_spark(lh.config)
+        assert os.environ["SPARK_CONNECT_MODE_ENABLED"] == "1"
+        assert spark.range(3).select(F.col("id") * 2).collect()[-1][0] == 4
+    finally:
+        stop_spark()
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
