@@ -44,7 +44,7 @@ from icegate_dagster.maintenance import Maintainer, TableRef
 from icegate_dagster.maintenance.log.upkeep import log_table_due
 from icegate_dagster.maintenance.trigger.daily import DailyPass, plan_daily_pass
 from icegate_dagster.maintenance.trigger.decision import decide
-from icegate_dagster.maintenance.trigger.look import list_tables, look_at_lakehouse
+from icegate_dagster.maintenance.trigger.look import look_at_lakehouse
 from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.sensors.health_sensor import LOOK_SHARE, NEED_TAG
@@ -70,15 +70,9 @@ def daily_tick(
     config = tick.config
     scheduled = context.scheduled_execution_time or datetime.now(UTC)
     maintainer = tick.lakehouse.maintainer(run_id=daily_run_id(scheduled))
-    try:
-        listing = list_tables(maintainer)
-    except Exception as exc:
-        return dg.SkipReason(
-            f"cannot list the tables of catalog {config.catalog.name!r}: "
-            f"{describe_error(exc, tick.scrub)}"
-        )
-    if not listing.tables:
-        return dg.SkipReason(f"catalog {config.catalog.name!r} has no table to maintain")
+    listing = tick.list_lakehouse(maintainer)
+    if isinstance(listing, dg.SkipReason):
+        return listing
     partitions, add = partitions_to_add(context.instance, list(listing.tables))
     for request in add:  # a schedule returns no partition requests: added here
         context.instance.add_dynamic_partitions(ICEBERG_TABLES, list(request.partition_keys))
@@ -94,14 +88,7 @@ def daily_tick(
         context.log.warning(f"{table}: cannot assess its health: {error}")
 
     due = [t for t, h in look.healths.items() if h.due]
-    memory: dict[str, TableMemory] = {}
-    if tick.memory is not None:
-        try:
-            memory = tick.memory.tables_memory(operations_of=due)
-        except Exception as exc:
-            tick.warnings.append(
-                f"cannot read the trigger's memory: {describe_error(exc, tick.scrub)}"
-            )
+    memory = tick.read_memory(operations_of=due)
     busy = tick.busy(partitions)
     lost = tick.count_lost(memory, busy)
     if lost:

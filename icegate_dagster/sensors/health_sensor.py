@@ -44,11 +44,9 @@ from icegate_dagster.errors import describe_error
 from icegate_dagster.maintenance.trigger.decision import decide, lakehouse_report
 from icegate_dagster.maintenance.trigger.look import (
     LakehouseLook,
-    list_tables,
     look_at_lakehouse,
     unsafe_sharing,
 )
-from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.selection import LakehouseHealth, Selection
 from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.resources import LakehouseResource
@@ -114,15 +112,9 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
     config = tick.config
     cursor = HealthCursor.parse(context.cursor)
     maintainer = tick.lakehouse.maintainer(run_id="health")
-    try:
-        listing = list_tables(maintainer)
-    except Exception as exc:
-        return dg.SkipReason(
-            f"cannot list the tables of catalog {config.catalog.name!r}: "
-            f"{describe_error(exc, tick.scrub)}"
-        )
-    if not listing.tables:
-        return dg.SkipReason(f"catalog {config.catalog.name!r} has no table to maintain")
+    listing = tick.list_lakehouse(maintainer)
+    if isinstance(listing, dg.SkipReason):
+        return listing
     partitions, add = partitions_to_add(context.instance, list(listing.tables))
     tick.heal()
 
@@ -150,15 +142,8 @@ def health_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorRes
         context.log.warning(f"{table}: cannot assess its health: {error}")
 
     due = [t for t, h in look.healths.items() if h.due]
-    memory: dict[str, TableMemory] = {}
-    if tick.memory is not None:
-        try:
-            memory = tick.memory.tables_memory(operations_of=due)
-        except Exception as exc:
-            tick.warnings.append(
-                f"cannot read the trigger's memory: {describe_error(exc, tick.scrub)}"
-            )
-    elif tick.store_error:
+    memory = tick.read_memory(operations_of=due)
+    if tick.memory is None and tick.store_error:
         tick.warnings.append(f"no trigger memory: {tick.store_error}")
     busy = tick.busy(partitions)
     lost = tick.count_lost(memory, busy)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,6 +20,8 @@ import dagster as dg
 from icegate_dagster.assets.names import ICEBERG_TABLES, iceberg_tables
 from icegate_dagster.assets.trigger_state import TriggerState
 from icegate_dagster.errors import describe_error
+from icegate_dagster.maintenance import Maintainer
+from icegate_dagster.maintenance.trigger.look import Listing, list_tables
 from icegate_dagster.maintenance.trigger.records import OpenRequest, TableMemory, utc
 from icegate_dagster.maintenance.trigger.store import MemoryBusy
 from icegate_dagster.resources import LakehouseResource
@@ -88,6 +91,36 @@ class Tick(TriggerState):
             self.warnings.append(
                 f"run {run.run_id} of {run.job_name}{tables} marked failed: {run.reason}"
             )
+
+    def list_lakehouse(self, maintainer: Maintainer) -> Listing | dg.SkipReason:
+        """Every table to maintain (:func:`list_tables`), or why the tick skips: the catalog
+        cannot be listed, or has no table."""
+        name = self.config.catalog.name
+        try:
+            listing = list_tables(maintainer)
+        except Exception as exc:
+            return dg.SkipReason(
+                f"cannot list the tables of catalog {name!r}: {describe_error(exc, self.scrub)}"
+            )
+        if not listing.tables:
+            return dg.SkipReason(f"catalog {name!r} has no table to maintain")
+        return listing
+
+    def read_memory(
+        self, names: Collection[str] | None = None, *, operations_of: Collection[str]
+    ) -> dict[str, TableMemory]:
+        """The trigger's memory of ``names`` (or every table), with the operations of
+        ``operations_of`` (:meth:`TriggerMemory.tables_memory`); empty, with a warning,
+        when it cannot be read."""
+        if self.memory is None:
+            return {}
+        try:
+            return self.memory.tables_memory(names, operations_of=operations_of)
+        except Exception as exc:
+            self.warnings.append(
+                f"cannot read the trigger's memory: {describe_error(exc, self.scrub)}"
+            )
+            return {}
 
     def count_lost(self, memory: dict[str, TableMemory], busy: dict[str, str]) -> list[str]:
         """Settle the requests no pass answered, of tables no unfinished run covers, by what

@@ -36,7 +36,6 @@ from icegate_dagster.errors import IcegateError, describe_error
 from icegate_dagster.maintenance import TableRef
 from icegate_dagster.maintenance.exclusion import exclusion_of
 from icegate_dagster.maintenance.trigger.look import list_tables
-from icegate_dagster.maintenance.trigger.records import TableMemory
 from icegate_dagster.maintenance.trigger.selection import waiting_since
 from icegate_dagster.maintenance.wal import (
     ListingUnderWay,
@@ -167,14 +166,7 @@ def wal_tick(context: dg.SensorEvaluationContext, tick: Tick) -> dg.SensorResult
     tick.warnings.extend(in_quarantine)
     tick.heal()
     busy = tick.busy(partitions, wal_only=True)
-    memory: dict[str, TableMemory] = {}
-    if tick.memory is not None:
-        try:
-            memory = tick.memory.tables_memory(list(due), operations_of=list(due))
-        except Exception as exc:
-            tick.warnings.append(
-                f"cannot read the trigger's memory: {describe_error(exc, tick.scrub)}"
-            )
+    memory = tick.read_memory(list(due), operations_of=list(due))
     lost = tick.count_lost(memory, busy)
     if lost:
         tick.warnings.append("requests no run answered, counted as failures: " + _some(lost))
